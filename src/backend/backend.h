@@ -1,0 +1,98 @@
+#pragma once
+// Backend: the ops a model's forward pass needs, implemented per device (cpu/, cuda/).
+// Models call only this interface, so one model file runs on every backend.
+// Activations are F32 on the CPU backend; a backend may use another activation dtype
+// internally as long as the Tensor it returns says so.
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ember {
+
+// Memory owned by a backend (host memory for CPU, device memory for CUDA).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+};
+
+struct RopeParams {
+  int head_dim = 0;
+  int rotary_dim = 0;          // dimensions rotated (== head_dim for all supported models)
+  bool neox = true;            // true: rotate halves (HF rotate_half); false: interleaved pairs
+  const float* inv_freq = nullptr;  // [rotary_dim / 2], scaling already applied (llama3, linear)
+  float attention_factor = 1.0f;    // cos/sin multiplier (yarn); 1 otherwise
+};
+
+// K/V of one layer in paged blocks: [n_blocks, block_size, n_kv_heads, head_dim].
+// For INT8 / FP8 storage, scales hold one float per (block, slot, kv head) (may be null for FP8).
+struct KvLayer {
+  Tensor k;
+  Tensor v;
+  float* k_scales = nullptr;  // [n_blocks, block_size, n_kv_heads]
+  float* v_scales = nullptr;
+  int block_size = 16;
+};
+
+// Which K/V each query token sees. Tokens of a batch are grouped by sequence.
+struct AttentionBatch {
+  int n_seqs = 0;
+  const int32_t* query_start = nullptr;  // [n_seqs + 1] offsets of each sequence's tokens
+  const int32_t* seq_lens = nullptr;     // [n_seqs] K/V length after this step's tokens
+  const int32_t* block_tables = nullptr; // [n_seqs, max_blocks_per_seq] block ids
+  int max_blocks_per_seq = 0;
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;          // n_heads % n_kv_heads == 0 (GQA, MQA when 1)
+  int head_dim = 0;
+  float scale = 1.0f;          // usually 1/sqrt(head_dim)
+  int sliding_window = 0;      // 0: full causal; w: a query at pos p sees keys (p-w, p]
+  float logit_softcap = 0.0f;  // 0: none
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Copies between host memory and a buffer of this backend (memcpy on the CPU).
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for queued work (no-op on the CPU).
+  virtual void synchronize() = 0;
+  // Makes weights usable by this backend (CUDA: copy/convert to device; CPU: returns as is,
+  // or repacks for faster kernels). The returned tensor lives as long as the backend.
+  virtual Result<Tensor> prepare_weight(const Tensor& host_weight) = 0;
+
+  // out[i, :] = table[ids[i], :]   table [n_vocab, d] any dtype, ids host [n], out [n, d]
+  virtual void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) = 0;
+  // out = x / rms(x) * w per row   x, out [n, d], w [d] F32 (models fold offsets into w)
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // out = x @ w^T (+ bias)   x [n, k], w [m, k] any dtype, bias [m] F32 or invalid, out [n, m]
+  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // Rotates x in place: x [n, n_heads, head_dim], positions host [n].
+  virtual void rope(Tensor& x, const int32_t* positions, const RopeParams& p) = 0;
+  // Writes this step's K/V into cache slots: k, v [n, n_kv_heads, head_dim], slots host [n]
+  // (slot = block_id * block_size + offset; negative slots are skipped).
+  virtual void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) = 0;
+  // Causal attention of each query token over its sequence's cached K/V (already holding
+  // this step's tokens).   q, out [n, n_heads, head_dim]; a token at index j of its sequence
+  // chunk has position seq_len - n_new + j.
+  virtual void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                         const AttentionParams& p, Tensor& out) = 0;
+  // out = act(gate) * up   gate, up, out [n, f]; act: silu (SwiGLU) or gelu-tanh (GeGLU)
+  virtual void glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) = 0;
+  // out = a + b (elementwise, same shape); out may alias a.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // x *= s (elementwise).
+  virtual void scale(Tensor& x, float s) = 0;
+};
+
+}  // namespace ember

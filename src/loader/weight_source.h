@@ -1,0 +1,43 @@
+#pragma once
+// WeightSource: tensor name -> zero-copy view into a memory-mapped checkpoint, plus the
+// checkpoint's metadata. Opens a GGUF file or a Hugging Face directory (config.json +
+// model.safetensors or sharded model.safetensors.index.json).
+#include "core/mmap_file.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ember {
+
+enum class CheckpointFormat { GGUF, HuggingFace };
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Opens path: a .gguf file or an HF directory. Every structural problem (truncation, bad
+  // offsets, absurd shapes, unknown dtypes) is an error naming the file and the tensor.
+  static Result<std::unique_ptr<WeightSource>> open(const std::string& path);
+
+  virtual CheckpointFormat format() const = 0;
+  virtual const std::string& path() const = 0;
+  // Names of all tensors, sorted.
+  virtual std::vector<std::string> tensor_names() const = 0;
+  virtual bool has_tensor(const std::string& name) const = 0;
+  // View of a tensor's bytes in the mapped file; shape outermost first (GGUF's ne order is
+  // reversed into this). Error if missing.
+  virtual Result<Tensor> tensor(const std::string& name) const = 0;
+  // HF: config.json (and, when present, tokenizer_config.json under "tokenizer_config",
+  // generation_config.json under "generation_config").
+  // GGUF: every metadata key -> value (arrays as JSON arrays; large token arrays included).
+  virtual const nlohmann::json& metadata() const = 0;
+  // Bytes of all tensor data (for `ember info` and memory reports).
+  virtual size_t total_tensor_bytes() const = 0;
+};
+
+}  // namespace ember
