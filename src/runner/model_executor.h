@@ -1,0 +1,34 @@
+#pragma once
+// ModelExecutor: what the engine needs from a model on a device. The engine decides which
+// tokens run and where their K/V live (block ids); the executor owns the K/V storage and
+// returns logits. Implemented by runner/ (a real model on a Backend) and by fakes in tests.
+#include "core/status.h"
+#include "model/forward_batch.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ember {
+
+struct KvCacheConfig {
+  int n_blocks = 0;
+  int block_size = 16;
+};
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+  virtual int vocab_size() const = 0;
+  virtual int max_context() const = 0;
+  // Bytes of K/V storage one block of block_size tokens takes over all layers.
+  virtual size_t kv_bytes_per_block(int block_size) const = 0;
+  // Allocates K/V storage for cfg.n_blocks blocks (call once, before execute).
+  virtual Status allocate_kv_cache(const KvCacheConfig& cfg) = 0;
+  // Runs one step. logits: [batch.logit_rows.size(), vocab_size()] float32, row-major.
+  virtual Status execute(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+  // Copies K/V of whole blocks (copy-on-write for forked sequences): pairs (src, dst).
+  virtual Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
+};
+
+}  // namespace ember
