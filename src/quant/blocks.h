@@ -107,4 +107,26 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block from
+// its 12 packed bytes: sub-blocks 0-3 live in the low 6 bits of bytes 0-3 (scales) and 4-7
+// (mins); sub-blocks 4-7 take their low 4 bits from bytes 8-11 and their top 2 bits from
+// the spare high bits of bytes 0-7.
+inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = static_cast<uint8_t>((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+    *min = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q3_K: the signed 6-bit scale (-32..31) of sub-block j (0..15) from its 12 packed bytes:
+// low 4 bits from the nibbles of bytes 0-7, high 2 bits from bytes 8-11.
+inline int q3k_scale(int j, const uint8_t* s) {
+  const int low = j < 8 ? (s[j] & 0xf) : (s[j - 8] >> 4);
+  const int high = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 }  // namespace ember::quant
