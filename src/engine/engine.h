@@ -1,0 +1,87 @@
+#pragma once
+// LlmEngine: the synchronous step loop. add_request / abort / step / has_work, single-threaded
+// (AsyncEngine runs it on its own thread). One step = schedule -> copy-on-write block copies ->
+// ModelExecutor::execute -> sample -> scheduler update -> outputs.
+#include "core/status.h"
+#include "engine/outputs.h"
+#include "runner/model_executor.h"
+#include "sched/scheduler_config.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember {
+
+class Scheduler;
+class Sampler;
+
+struct EngineConfig {
+  // KV cache size: n_blocks when > 0, else kv_cache_bytes / executor->kv_bytes_per_block().
+  int n_blocks = 0;
+  size_t kv_cache_bytes = 0;
+  // scheduler.block_size, .max_num_batched_tokens, ... ; scheduler.n_blocks and
+  // scheduler.max_model_len are filled in by the engine (max_model_len: the executor's
+  // max_context() when left at 0 or larger than it).
+  SchedulerConfig scheduler;
+  // Token ids that end generation unless SamplingParams::ignore_eos (from the tokenizer /
+  // generation_config.json).
+  std::vector<int32_t> eos_token_ids;
+  // Deterministic mode: requests without a seed get one derived from `seed` and their id, so a
+  // run is reproducible. Greedy outputs are batch-invariant as long as the executor is (the
+  // engine never reorders or splits work depending on batch neighbours' values).
+  bool deterministic = false;
+  uint64_t seed = 0;  // base seed; ignored unless deterministic (else from std::random_device)
+};
+
+class LlmEngine {
+ public:
+  // Sizes the KV cache, allocates it on the executor and builds the scheduler.
+  static Result<std::unique_ptr<LlmEngine>> create(std::unique_ptr<ModelExecutor> executor,
+                                                   EngineConfig config);
+  ~LlmEngine();
+  LlmEngine(const LlmEngine&) = delete;
+  LlmEngine& operator=(const LlmEngine&) = delete;
+
+  // Checks a request without adding it (params, token ids in vocab, prompt + max_tokens within
+  // the context window, n vs max_num_seqs). Const and touches no mutable state, so AsyncEngine
+  // calls it from client threads.
+  Status validate(const EngineRequest& request) const;
+  Status add_request(EngineRequest request);
+  // Aborts every sample of the request and frees its blocks now; the final output (finished,
+  // kAbort) comes from the next step(). Returns false if the id is unknown or already finished.
+  bool abort(const std::string& request_id);
+  // Runs one step (may run no model work if only aborts are pending) and returns the outputs.
+  std::vector<RequestOutput> step();
+  bool has_work() const;
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  int vocab_size() const;
+  int max_model_len() const { return config_.scheduler.max_model_len; }
+  int num_kv_blocks() const { return config_.scheduler.n_blocks; }
+  // Error of the last failed execute (requests in that step finished with kError).
+  const Status& last_error() const { return last_error_; }
+
+  // Test hooks: the scheduler (for invariant checks) and the executor.
+  const Scheduler& scheduler() const { return *scheduler_; }
+  ModelExecutor& executor() { return *executor_; }
+
+ private:
+  LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig config);
+
+  std::unique_ptr<ModelExecutor> executor_;
+  EngineConfig config_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<float> logits_;
+  std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step()
+  Status last_error_;
+  struct Counters;
+  std::unique_ptr<Counters> counters_;
+};
+
+}  // namespace ember

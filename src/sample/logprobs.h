@@ -1,0 +1,24 @@
+#pragma once
+// Log-probabilities reported with sampled tokens (OpenAI `logprobs` / `top_logprobs`).
+#include <cstdint>
+#include <vector>
+
+namespace ember {
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+// One sampled token: its own logprob and rank (1 = most likely) in the reported distribution,
+// plus the top-k alternatives, most likely first. The distribution is the raw model output
+// (log-softmax of the logits before penalties, bias, temperature and truncation), as vLLM
+// reports by default: it does not change with sampling settings.
+struct SampleLogprobs {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  int rank = 0;
+  std::vector<TokenLogprob> top;
+};
+
+}  // namespace ember
