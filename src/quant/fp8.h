@@ -2,8 +2,9 @@
 // FP8 scalar conversions (OCP 8-bit floating point):
 //   E4M3 ("fn"): bias 7, no infinities, 0x7f/0xff are NaN, largest finite 448.
 //   E5M2: bias 15, IEEE-like (the top byte of an IEEE half), largest finite 57344.
-// Encoding rounds to nearest, ties to even, and saturates out-of-range values (and
-// infinities) to the largest finite value, as quantizers (and CUDA's .satfinite) do.
+// Encoding rounds to nearest, ties to even, as PyTorch's casts do: E4M3 saturates
+// out-of-range values and infinities to +-448 (it has no infinity); E5M2 overflows to +-inf
+// like an IEEE format.
 #include "core/half.h"
 
 #include <cmath>
@@ -32,10 +33,12 @@ inline float round_half_even(float v) {
 }
 
 // Magnitude bits (no sign) of a minifloat with mant_bits mantissa bits and exponent bias
-// `bias` for a >= 0, saturated to max_bits. Exact: scaling by powers of two is exact in float.
-inline uint32_t encode_minifloat(float a, int mant_bits, int bias, uint32_t max_bits,
-                                 float max_value) {
-  if (!(a < max_value)) return max_bits;  // >= max or +inf
+// `bias` for a >= 0; a >= limit gives limit_bits. Exact: scaling by powers of two is exact
+// in float.
+inline uint32_t encode_minifloat(float a, int mant_bits, int bias, float limit,
+                                 uint32_t limit_bits) {
+  if (!(a < limit)) return limit_bits;  // also +inf
+  if (a == 0.0f) return 0;
   const int min_normal_exp = 1 - bias;
   const int one = 1 << mant_bits;
   int e = 0;
@@ -53,21 +56,22 @@ inline uint32_t encode_minifloat(float a, int mant_bits, int bias, uint32_t max_
   }
   const uint32_t bits = (static_cast<uint32_t>(e + bias) << mant_bits) |
                         (static_cast<uint32_t>(m) - static_cast<uint32_t>(one));
-  return bits > max_bits ? max_bits : bits;
+  return bits;
 }
 }  // namespace detail
 
 inline uint8_t f32_to_fp8_e4m3(float f) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
   if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7f);
-  return static_cast<uint8_t>(sign | detail::encode_minifloat(std::fabs(f), 3, 7, 0x7e, 448.0f));
+  return static_cast<uint8_t>(sign | detail::encode_minifloat(std::fabs(f), 3, 7, 448.0f, 0x7e));
 }
 
 inline uint8_t f32_to_fp8_e5m2(float f) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
   if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7f);
+  // 61440 is the midpoint between 57344 and 65536 (inf); ties to even round it up to inf.
   return static_cast<uint8_t>(sign |
-                              detail::encode_minifloat(std::fabs(f), 2, 15, 0x7b, 57344.0f));
+                              detail::encode_minifloat(std::fabs(f), 2, 15, 61440.0f, 0x7c));
 }
 
 }  // namespace ember::quant
