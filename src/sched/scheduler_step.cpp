@@ -1,0 +1,158 @@
+// Scheduler::schedule(): which sequences run this step, with how many tokens, and the
+// ForwardBatch that describes it to the model.
+#include "core/check.h"
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+namespace ember {
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int budget = config_.max_num_batched_tokens;
+  schedule_running(out, budget);
+  // After a preemption blocks are scarce: admitting new work now would only preempt again.
+  if (out.preempted.empty()) schedule_waiting(out, budget);
+  build_batch(out);
+  return out;
+}
+
+SeqId Scheduler::pick_victim() const {
+  EMBER_CHECK(!running_.empty());
+  if (config_.policy == SchedulerPolicy::kFcfs) return running_.back();
+  // Priority: the least important (largest priority value), newest among equals.
+  auto worse = [this](SeqId a, SeqId b) {
+    const Request& ra = *requests_.at(a);
+    const Request& rb = *requests_.at(b);
+    if (ra.priority != rb.priority) return ra.priority < rb.priority;
+    if (ra.arrival_time != rb.arrival_time) return ra.arrival_time < rb.arrival_time;
+    return a < b;
+  };
+  return *std::max_element(running_.begin(), running_.end(), worse);
+}
+
+void Scheduler::preempt(SeqId seq, SchedulerOutput& out) {
+  Request& r = req(seq);
+  EMBER_CHECK(r.status == RequestStatus::kRunning);
+  kv_.free(seq);
+  r.status = RequestStatus::kWaiting;
+  r.num_computed_tokens = 0;  // recompute from scratch (the prefix cache may shorten that)
+  ++r.num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  waiting_.push_front(seq);
+  out.preempted.push_back(seq);
+}
+
+void Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    const SeqId seq = running_[i];
+    Request& r = req(seq);
+    int n_new = r.num_tokens() - r.num_computed_tokens;
+    if (config_.long_prefill_token_threshold > 0)
+      n_new = std::min(n_new, config_.long_prefill_token_threshold);
+    n_new = std::min(n_new, budget);
+    if (n_new <= 0) {
+      ++i;
+      continue;
+    }
+    bool allocated = false;
+    while (!allocated) {
+      allocated = kv_.allocate_slots(seq, r.num_computed_tokens, n_new, nullptr, out.block_copies);
+      if (allocated) break;
+      const SeqId victim = pick_victim();
+      // Under the priority policy the victim may already be scheduled this step: undo that.
+      // (Block copies recorded for it stay; copying into a block nobody reads is harmless.)
+      auto it = std::find_if(out.seqs.begin(), out.seqs.end(),
+                             [victim](const ScheduledSeq& s) { return s.seq_id == victim; });
+      if (it != out.seqs.end()) {
+        budget += it->n_new_tokens;
+        out.seqs.erase(it);
+      }
+      preempt(victim, out);
+      if (victim == seq) break;
+    }
+    if (!allocated) break;  // it preempted itself: nothing older can be freed for it
+    out.seqs.push_back({seq, n_new, r.num_computed_tokens, false});
+    budget -= n_new;
+    i = static_cast<size_t>(std::find(running_.begin(), running_.end(), seq) - running_.begin()) + 1;
+  }
+}
+
+void Scheduler::order_waiting() {
+  if (config_.policy != SchedulerPolicy::kPriority) return;
+  std::stable_sort(waiting_.begin(), waiting_.end(), [this](SeqId a, SeqId b) {
+    const Request& ra = *requests_.at(a);
+    const Request& rb = *requests_.at(b);
+    if (ra.priority != rb.priority) return ra.priority < rb.priority;
+    if (ra.arrival_time != rb.arrival_time) return ra.arrival_time < rb.arrival_time;
+    return a < b;
+  });
+}
+
+void Scheduler::schedule_waiting(SchedulerOutput& out, int& budget) {
+  order_waiting();
+  while (!waiting_.empty() && budget > 0) {
+    const SeqId seq = waiting_.front();
+    Request& r = req(seq);
+    auto children = fork_children_.find(seq);
+    const int n_seqs = 1 + (children == fork_children_.end() ? 0 : static_cast<int>(children->second.size()));
+    if (num_running_seqs() + n_seqs > config_.max_num_seqs) break;
+    const CachedPrefix prefix = kv_.find_cached_prefix(seq, r.token_ids, r.cache_salt);
+    int n_new = r.num_tokens() - prefix.n_tokens;
+    if (config_.enable_chunked_prefill) {
+      if (config_.long_prefill_token_threshold > 0)
+        n_new = std::min(n_new, config_.long_prefill_token_threshold);
+      n_new = std::min(n_new, budget);
+    } else if (n_new > budget) {
+      break;  // keeps FCFS order: later requests do not overtake a big one
+    }
+    if (!kv_.allocate_slots(seq, 0, n_new, &prefix, out.block_copies)) break;
+    waiting_.pop_front();
+    running_.push_back(seq);
+    r.status = RequestStatus::kRunning;
+    r.num_computed_tokens = prefix.n_tokens;
+    if (r.num_cached_tokens < 0) r.num_cached_tokens = std::min(prefix.n_tokens, r.num_prompt_tokens);
+    out.seqs.push_back({seq, n_new, prefix.n_tokens, false});
+    budget -= n_new;
+  }
+}
+
+void Scheduler::build_batch(SchedulerOutput& out) {
+  ForwardBatch& b = out.batch;
+  const int bs = config_.block_size;
+  int max_blocks = 0;
+  for (const ScheduledSeq& s : out.seqs)
+    max_blocks = std::max(max_blocks, static_cast<int>(kv_.block_table(s.seq_id).size()));
+  b.max_blocks_per_seq = max_blocks;
+  b.query_start.push_back(0);
+  for (ScheduledSeq& s : out.seqs) {
+    const Request& r = req(s.seq_id);
+    std::span<const int32_t> table = kv_.block_table(s.seq_id);
+    const int end = s.n_computed_before + s.n_new_tokens;
+    EMBER_CHECK(static_cast<int>(table.size()) * bs >= end, "sequence {} lacks slots", s.seq_id);
+    for (int pos = s.n_computed_before; pos < end; ++pos) {
+      b.token_ids.push_back(r.token_ids[static_cast<size_t>(pos)]);
+      b.positions.push_back(pos);
+      b.slot_mapping.push_back(table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
+    }
+    b.query_start.push_back(b.n_tokens());
+    b.seq_lens.push_back(end);
+    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(max_blocks) - table.size(), 0);
+    // Logits only where the chunk reaches the end of the known tokens: mid-prompt chunks
+    // have nothing to sample.
+    if (end != r.num_tokens()) continue;
+    b.logit_rows.push_back(b.n_tokens() - 1);
+    const int row = static_cast<int>(b.logit_rows.size()) - 1;
+    out.samples.push_back({row, s.seq_id});
+    auto children = fork_children_.find(s.seq_id);
+    if (children != fork_children_.end()) {
+      s.fans_out = true;
+      for (SeqId c : children->second) out.samples.push_back({row, c});
+    }
+  }
+}
+
+}  // namespace ember
