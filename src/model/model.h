@@ -1,0 +1,59 @@
+#pragma once
+// Model: a decoder-only transformer on a Backend. It never sees requests: it takes a
+// ForwardBatch (tokens, positions, slots, block tables) and the paged K/V storage, and
+// returns the logits of the rows the batch asks for.
+#include "backend/backend.h"
+#include "loader/weight_source.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/weights.h"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace ember {
+
+// K/V storage of all layers: per layer [n_blocks, block_size, n_kv_heads, head_dim].
+struct KvStorage {
+  std::vector<KvLayer> layers;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  DType dtype = DType::F32;
+  int n_blocks = 0;
+  int block_size = 16;
+};
+
+struct ModelLoadOptions {
+  std::function<void(int done, int total)> progress;  // called per layer while loading
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const WeightSource& source, Backend& backend,
+                                             const ModelLoadOptions& options = {});
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return backend_; }
+
+  size_t kv_bytes_per_block(int block_size, DType kv_dtype) const;
+  Result<KvStorage> allocate_kv(int n_blocks, int block_size, DType kv_dtype);
+  // logits: [batch.logit_rows.size(), n_vocab] on the host.
+  Status forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits);
+
+  // Activations of one step, in backend memory.
+  struct Activations {
+    Tensor x, h, q, k, v, attn, o, gate, up, last, logits;
+  };
+
+ private:
+  Model(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  Activations activations(int n_tokens, int n_logit_rows);
+
+  ModelConfig config_;
+  Backend& backend_;
+  ModelWeights weights_;
+  std::unique_ptr<Buffer> rope_global_, rope_local_;  // inverse frequencies [head_dim / 2]
+  std::unique_ptr<Buffer> scratch_;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace ember
