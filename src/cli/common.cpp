@@ -1,0 +1,148 @@
+#include "cli/common.h"
+
+#include "cli/progress.h"
+#include "core/log.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <filesystem>
+
+namespace ember {
+
+void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
+  app.add_option("-m,--model", o.model, "GGUF file or Hugging Face directory")->required();
+  app.add_option("-t,--threads", o.threads, "CPU threads (default: one per core)");
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N");
+  if (!engine_options) return;
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache dtype: auto, f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
+  app.add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache size, e.g. 512MiB, 2GiB");
+  app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget per step")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step")->check(CLI::Range(1, 4096));
+  app.add_flag("--no-prefix-cache", o.no_prefix_cache, "disable prefix caching");
+  app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
+}
+
+Result<size_t> parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return Status::errorf("'{}' is not a size (e.g. 512MiB, 2GiB)", text);
+  }
+  std::string unit = text.substr(pos);
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  double mult = 1;
+  if (unit == "" || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else return Status::errorf("'{}': unknown size unit '{}'", text, unit);
+  if (!(value > 0)) return Status::errorf("'{}': size must be positive", text);
+  return static_cast<size_t>(value * mult);
+}
+
+Result<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::string cur;
+  auto flush = [&]() -> Status {
+    if (cur.empty()) return Status::ok();
+    try {
+      size_t pos = 0;
+      long long v = std::stoll(cur, &pos);
+      if (pos != cur.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(cur);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (...) {
+      return Status::errorf("'{}' is not a token id", cur);
+    }
+    cur.clear();
+    return Status::ok();
+  };
+  for (char c : text) {
+    if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
+      EMBER_RETURN_IF_ERROR(flush());
+    } else {
+      cur += c;
+    }
+  }
+  EMBER_RETURN_IF_ERROR(flush());
+  if (ids.empty()) return Status::error("no token ids given");
+  return ids;
+}
+
+Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
+  RunnerOptions ro;
+  ro.device = o.device;
+  ro.n_threads = o.threads;
+  auto source_probe = WeightSource::open(o.model);
+  if (!source_probe.is_ok()) return source_probe.status();
+  if (o.kv_dtype == "auto") {
+    // fp32 checkpoints keep an fp32 cache (exact); anything smaller gets f16, as llama.cpp does.
+    bool all_f32 = true;
+    for (const auto& name : (*source_probe)->tensor_names()) {
+      auto t = (*source_probe)->tensor(name);
+      if (t.is_ok() && t->n_dims == 2 && t->dtype != DType::F32) all_f32 = false;
+    }
+    ro.kv_dtype = all_f32 ? DType::F32 : DType::F16;
+  } else {
+    EMBER_ASSIGN_OR_RETURN(ro.kv_dtype, parse_kv_dtype(o.kv_dtype));
+  }
+  source_probe = Status::ok();  // release the probe's mappings before the real load
+  ProgressBar bar("loading " + std::filesystem::path(o.model).filename().string(), 1);
+  ro.progress = [&bar](int done, int total) {
+    bar.update(done, fmt::format("layers {}/{}", done, total));
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto runner = ModelRunner::load(o.model, ro);
+  if (!runner.is_ok()) return runner.status();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  bar.finish();
+  const auto& c = (*runner)->config();
+  EMBER_LOG_INFO("loaded {} ({} layers, d_model {}, vocab {}) in {:.2f}s on {}", c.arch_name, c.n_layers,
+                 c.d_model, c.n_vocab, secs, (*runner)->backend().name());
+  return runner;
+}
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const WeightSource& source) {
+  if (source.format() == CheckpointFormat::GGUF) return Tokenizer::from_gguf_metadata(source.metadata());
+  return Tokenizer::from_hf_dir(source.path());
+}
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_path) {
+  EMBER_ASSIGN_OR_RETURN(auto source, WeightSource::open(model_path));
+  return load_tokenizer(*source);
+}
+
+std::vector<int32_t> stop_token_ids(const ModelConfig& config, const Tokenizer* tokenizer) {
+  std::vector<int32_t> ids;
+  if (tokenizer != nullptr) ids = tokenizer->eos_ids();
+  for (int id : config.eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
+}
+
+Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runner, const ModelOptions& o,
+                                               std::vector<int32_t> eos_ids) {
+  EngineConfig ec;
+  EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, parse_bytes(o.kv_cache_memory));
+  ec.scheduler.block_size = o.block_size;
+  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.scheduler.max_num_seqs = o.max_num_seqs;
+  ec.scheduler.enable_prefix_caching = !o.no_prefix_cache;
+  ec.eos_token_ids = std::move(eos_ids);
+  ec.deterministic = o.deterministic;
+  ec.seed = o.seed;
+  const size_t per_block = runner->kv_bytes_per_block(o.block_size);
+  auto engine = LlmEngine::create(std::move(runner), ec);
+  if (!engine.is_ok()) return engine.status();
+  const int blocks = (*engine)->num_kv_blocks();
+  EMBER_LOG_INFO("KV cache: {} blocks of {} tokens = {} tokens, {:.1f} MiB", blocks, o.block_size,
+                 static_cast<int64_t>(blocks) * o.block_size,
+                 static_cast<double>(per_block) * blocks / (1024.0 * 1024.0));
+  return engine;
+}
+
+}  // namespace ember

@@ -1,0 +1,44 @@
+#pragma once
+// Options and set-up shared by the CLI commands: which model, where it runs, how big the KV
+// cache is, and the batching limits (`ember run`, `serve` and `bench` take the same ones).
+#include "engine/engine.h"
+#include "runner/model_runner.h"
+#include "tokenizer/tokenizer.h"
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ember {
+
+struct ModelOptions {
+  std::string model;
+  int threads = 0;
+  std::string device = "cpu";
+  std::string kv_dtype = "auto";
+  std::string kv_cache_memory = "1GiB";
+  int block_size = 16;
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 64;
+  bool no_prefix_cache = false;
+  bool deterministic = false;
+  uint64_t seed = 0;
+};
+
+void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options = true);
+Result<size_t> parse_bytes(const std::string& text);
+// Parses "1,2,3" (commas or spaces).
+Result<std::vector<int32_t>> parse_ids(const std::string& text);
+// Loads the model with a progress bar and logs the load time.
+Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o);
+// The tokenizer of a checkpoint: GGUF metadata or the HF directory's tokenizer.json.
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const WeightSource& source);
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_path);
+// Stop ids: the tokenizer's EOS ids (if any) and the model config's.
+std::vector<int32_t> stop_token_ids(const ModelConfig& config, const Tokenizer* tokenizer);
+Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runner, const ModelOptions& o,
+                                               std::vector<int32_t> eos_ids);
+
+}  // namespace ember
