@@ -1,0 +1,199 @@
+// Causal attention over the paged K/V cache, FlashAttention's algorithm on the CPU: keys are
+// visited in tiles with an online softmax (running max m, running sum l, rescaled output
+// accumulator), so no [n_queries, n_keys] score matrix ever exists.
+//
+// Work unit = (sequence, kv head, tile of query tokens). The query heads that share a kv head
+// (GQA/MQA) are processed together, so each K/V tile is converted once for all of them.
+// Units are handed out through an atomic counter inside one pool run: causal tiles late in a
+// prompt see more keys than early ones, so a static split would leave threads idle.
+#include "backend/cpu/context.h"
+#include "backend/cpu/kv_cache_format.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+namespace ember::cpu {
+
+namespace {
+
+constexpr int kKeyTile = 64;       // keys per tile
+constexpr int kRowsPerUnit = 16;   // query rows (tokens x heads of a group) per work unit
+
+struct Unit {
+  int seq;
+  int kv_head;
+  int j0, j1;  // query tokens [j0, j1) of the sequence's chunk
+};
+
+struct Geometry {
+  int n_heads, n_kv_heads, group, head_dim, block_size;
+  int64_t n_slots;
+};
+
+// Per-thread scratch for one unit.
+struct UnitScratch {
+  float* q;     // [rows, head_dim] queries, pre-scaled
+  float* o;     // [rows, head_dim] output accumulators
+  float* m;     // [rows] running max
+  float* l;     // [rows] running sum
+  float* s;     // [rows, kKeyTile] scores of the current tile
+  float* kbuf;  // [kKeyTile, head_dim]
+  float* vbuf;  // [kKeyTile, head_dim]
+  static size_t bytes(int rows, int head_dim) {
+    const size_t f = static_cast<size_t>(rows) * head_dim * 2 + static_cast<size_t>(rows) * (2 + kKeyTile) +
+                     static_cast<size_t>(kKeyTile) * head_dim * 2;
+    return f * sizeof(float) + 64;
+  }
+  static UnitScratch carve(uint8_t* base, int rows, int head_dim) {
+    auto* f = reinterpret_cast<float*>(base);
+    UnitScratch u;
+    u.q = f;
+    f += static_cast<size_t>(rows) * head_dim;
+    u.o = f;
+    f += static_cast<size_t>(rows) * head_dim;
+    u.m = f;
+    f += rows;
+    u.l = f;
+    f += rows;
+    u.s = f;
+    f += static_cast<size_t>(rows) * kKeyTile;
+    u.kbuf = f;
+    f += static_cast<size_t>(kKeyTile) * head_dim;
+    u.vbuf = f;
+    return u;
+  }
+};
+
+void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLayer& kv, const AttentionBatch& b,
+              const AttentionParams& p, const Geometry& g, UnitScratch& sc, float* out) {
+  const int D = g.head_dim;
+  const int G = g.group;
+  const int32_t q_first = b.query_start[u.seq];
+  const int n_new = b.query_start[u.seq + 1] - q_first;
+  const int64_t L = b.seq_lens[u.seq];
+  const int64_t pos0 = L - n_new;  // position of the chunk's first token
+  const int rows = (u.j1 - u.j0) * G;
+  const float* pq = q.as<float>();
+  const int64_t q_token_stride = static_cast<int64_t>(g.n_heads) * D;
+
+  // Gather queries: row r = (token j0 + r / G, head kv_head * G + r % G).
+  for (int r = 0; r < rows; ++r) {
+    const int64_t tok = q_first + u.j0 + r / G;
+    const int h = u.kv_head * G + r % G;
+    const float* src = pq + tok * q_token_stride + static_cast<int64_t>(h) * D;
+    for (int i = 0; i < D; ++i) sc.q[r * D + i] = src[i] * p.scale;
+    std::fill(sc.o + static_cast<size_t>(r) * D, sc.o + static_cast<size_t>(r + 1) * D, 0.0f);
+    sc.m[r] = -std::numeric_limits<float>::infinity();
+    sc.l[r] = 0.0f;
+  }
+
+  // Keys any row of this unit may see.
+  const int64_t first_pos = pos0 + u.j0;
+  const int64_t last_pos = pos0 + u.j1 - 1;
+  int64_t k_lo = p.sliding_window > 0 ? std::max<int64_t>(0, first_pos - p.sliding_window + 1) : 0;
+  const int64_t k_hi = std::min<int64_t>(L, last_pos + 1);
+  const int32_t* table = b.block_tables + static_cast<int64_t>(u.seq) * b.max_blocks_per_seq;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  for (int64_t t0 = k_lo; t0 < k_hi; t0 += kKeyTile) {
+    const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, k_hi - t0));
+    // Convert this tile's K and V rows to float.
+    for (int t = 0; t < nk; ++t) {
+      const int64_t pos = t0 + t;
+      const int64_t blk = table[pos / g.block_size];
+      const int64_t slot = blk * g.block_size + pos % g.block_size;
+      EMBER_CHECK(blk >= 0 && slot < g.n_slots, "attention: block id {} out of range", blk);
+      kv_read_head(kt, kv.k, kv.k_scales, slot, g.n_kv_heads, u.kv_head, D, sc.kbuf + static_cast<size_t>(t) * D);
+      kv_read_head(kt, kv.v, kv.v_scales, slot, g.n_kv_heads, u.kv_head, D, sc.vbuf + static_cast<size_t>(t) * D);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int64_t qpos = pos0 + u.j0 + r / G;
+      // Visible keys of this row within the tile: [t_begin, t_end).
+      const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(t0, qpos - p.sliding_window + 1) : t0;
+      const int64_t hi = std::min<int64_t>(t0 + nk, qpos + 1);
+      if (lo >= hi) continue;
+      const int tb = static_cast<int>(lo - t0), te = static_cast<int>(hi - t0);
+      float* srow = sc.s + static_cast<size_t>(r) * kKeyTile;
+      float tile_max = neg_inf;
+      for (int t = tb; t < te; ++t) {
+        float s = kt.dot_f32(sc.q + static_cast<size_t>(r) * D, sc.kbuf + static_cast<size_t>(t) * D, D);
+        if (p.logit_softcap > 0.0f) s = p.logit_softcap * std::tanh(s / p.logit_softcap);
+        srow[t] = s;
+        tile_max = std::max(tile_max, s);
+      }
+      const float m_new = std::max(sc.m[r], tile_max);
+      const float corr = sc.m[r] == neg_inf ? 0.0f : std::exp(sc.m[r] - m_new);
+      const float tile_sum = kt.exp_sub_sum(srow + tb, m_new, te - tb);
+      sc.l[r] = sc.l[r] * corr + tile_sum;
+      sc.m[r] = m_new;
+      float* orow = sc.o + static_cast<size_t>(r) * D;
+      kt.scale_axpy_f32(orow, corr, srow[tb], sc.vbuf + static_cast<size_t>(tb) * D, D);
+      for (int t = tb + 1; t < te; ++t) kt.scale_axpy_f32(orow, 1.0f, srow[t], sc.vbuf + static_cast<size_t>(t) * D, D);
+    }
+  }
+
+  for (int r = 0; r < rows; ++r) {
+    const int64_t tok = q_first + u.j0 + r / G;
+    const int h = u.kv_head * G + r % G;
+    float* dst = out + tok * q_token_stride + static_cast<int64_t>(h) * D;
+    const float inv = sc.l[r] > 0.0f ? 1.0f / sc.l[r] : 0.0f;
+    for (int i = 0; i < D; ++i) dst[i] = sc.o[static_cast<size_t>(r) * D + i] * inv;
+  }
+}
+
+}  // namespace
+
+void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                   const AttentionParams& p, Tensor& out) {
+  EMBER_CHECK(q.dtype == DType::F32 && out.dtype == DType::F32, "attention: q and out must be F32");
+  EMBER_CHECK(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && p.head_dim > 0,
+              "attention: heads {} kv heads {} head_dim {}", p.n_heads, p.n_kv_heads, p.head_dim);
+  EMBER_CHECK(kv_dtype_supported(kv.k.dtype) && kv_dtype_supported(kv.v.dtype), "attention: cache dtypes {} / {}",
+              dtype_name(kv.k.dtype), dtype_name(kv.v.dtype));
+  EMBER_CHECK(kv.k.n_dims == 4 && kv.k.dim(2) == p.n_kv_heads && kv.k.dim(3) == p.head_dim &&
+                  kv.k.dim(1) == kv.block_size,
+              "attention: cache {} for {} kv heads x {}", shape_string(kv.k), p.n_kv_heads, p.head_dim);
+  const int n_seqs = batch.n_seqs;
+  const int64_t n_tokens = n_seqs == 0 ? 0 : batch.query_start[n_seqs];
+  const int64_t per_token = static_cast<int64_t>(p.n_heads) * p.head_dim;
+  EMBER_CHECK(q.numel() == n_tokens * per_token && out.numel() == n_tokens * per_token,
+              "attention: q {} out {} for {} tokens", shape_string(q), shape_string(out), n_tokens);
+
+  Geometry g{p.n_heads, p.n_kv_heads, p.n_heads / p.n_kv_heads, p.head_dim, kv.block_size,
+             kv.k.dim(0) * kv.k.dim(1)};
+  const int tokens_per_unit = std::max(1, kRowsPerUnit / g.group);
+  std::vector<Unit> units;
+  for (int s = 0; s < n_seqs; ++s) {
+    const int n_new = batch.query_start[s + 1] - batch.query_start[s];
+    EMBER_CHECK(n_new >= 0 && batch.seq_lens[s] >= n_new, "attention: seq {} has {} new tokens, length {}", s,
+                n_new, batch.seq_lens[s]);
+    EMBER_CHECK((batch.seq_lens[s] + kv.block_size - 1) / kv.block_size <= batch.max_blocks_per_seq,
+                "attention: seq {} length {} exceeds its block table", s, batch.seq_lens[s]);
+    for (int h = 0; h < g.n_kv_heads; ++h)
+      for (int j = 0; j < n_new; j += tokens_per_unit) units.push_back({s, h, j, std::min(n_new, j + tokens_per_unit)});
+  }
+  if (units.empty()) return;
+
+  const int max_rows = tokens_per_unit * g.group;
+  const size_t scratch_bytes = UnitScratch::bytes(max_rows, g.head_dim);
+  for (auto& s : ctx.thread_scratch) s.ensure(scratch_bytes);
+  std::atomic<size_t> next{0};
+  float* pout = out.as<float>();
+  auto body = [&](int ith, int) {
+    UnitScratch sc = UnitScratch::carve(ctx.thread_scratch[static_cast<size_t>(ith)].ensure(scratch_bytes), max_rows,
+                                        g.head_dim);
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < units.size();
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      run_unit(ctx.kt, units[i], q, kv, batch, p, g, sc, pout);
+    }
+  };
+  if (units.size() == 1 || ctx.pool.size() == 1) {
+    body(0, 1);
+  } else {
+    ctx.pool.run(body);
+  }
+}
+
+}  // namespace ember::cpu

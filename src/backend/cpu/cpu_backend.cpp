@@ -1,0 +1,95 @@
+// CpuBackend: the Backend interface over the CPU kernels (ops live in their own files).
+#include "backend/cpu/cpu_backend.h"
+
+#include "backend/cpu/context.h"
+#include "core/log.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fmt/format.h>
+
+namespace ember {
+
+namespace {
+
+class CpuBuffer final : public Buffer {
+ public:
+  explicit CpuBuffer(size_t bytes) : size_(bytes) {
+    // Rounded up so aligned_alloc's size rule holds, and so SIMD tails may over-read.
+    const size_t cap = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    data_ = std::aligned_alloc(64, cap);
+    EMBER_CHECK(data_ != nullptr, "out of memory allocating {} bytes", bytes);
+  }
+  ~CpuBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int n_threads, cpu::Isa isa) : ctx_(n_threads, isa) {}
+
+  std::string name() const override {
+    return fmt::format("cpu ({}, {} threads)", cpu::isa_name(ctx_.kt.isa), ctx_.pool.size());
+  }
+  Device device() const override { return Device::CPU; }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<CpuBuffer>(bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void synchronize() override {}
+  Result<Tensor> prepare_weight(const Tensor& host_weight) override {
+    if (host_weight.device != Device::CPU)
+      return Status::error("cpu backend: weight is not in host memory");
+    return host_weight;
+  }
+
+  void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) override {
+    cpu::cpu_get_rows(ctx_, table, ids, n, out);
+  }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
+    cpu::cpu_rms_norm(ctx_, x, w, eps, out);
+  }
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+    cpu::cpu_matmul(ctx_, x, w, bias, out);
+  }
+  void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override {
+    cpu::cpu_rope(ctx_, x, positions, p);
+  }
+  void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) override {
+    cpu::cpu_kv_store(ctx_, kv, k, v, slots);
+  }
+  void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                 const AttentionParams& p, Tensor& out) override {
+    cpu::cpu_attention(ctx_, q, kv, batch, p, out);
+  }
+  void glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) override {
+    cpu::cpu_glu(ctx_, gate, up, gelu_tanh, out);
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override { cpu::cpu_add(ctx_, a, b, out); }
+  void scale(Tensor& x, float s) override { cpu::cpu_scale(ctx_, x, s); }
+
+ private:
+  cpu::CpuContext ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::make_unique<CpuBackend>(n_threads, cpu::detect_isa());
+}
+
+std::unique_ptr<Backend> make_cpu_backend_isa(int n_threads, std::string_view isa) {
+  for (cpu::Isa i : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+    if (cpu::isa_name(i) == isa) {
+      if (!cpu::isa_supported(i)) return nullptr;
+      return std::make_unique<CpuBackend>(n_threads, i);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace ember

@@ -1,0 +1,72 @@
+// Runtime dispatch: picks the best instruction set once, at backend construction, and builds
+// the kernel table for it (scalar entries first, overridden by the SIMD files).
+#include "backend/cpu/kernels.h"
+
+namespace ember::cpu {
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return true;
+#if defined(EMBER_CPU_X86)
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    case Isa::Avx512:
+      // The AVX-512 kernels use F/BW/VL/DQ and VNNI (vpdpbusd); BF16 is optional and
+      // checked separately by the kernels that would use it.
+      return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+Isa detect_isa() {
+  if (isa_supported(Isa::Avx512)) return Isa::Avx512;
+  if (isa_supported(Isa::Avx2)) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+int weight_kind_index(DType t) {
+  switch (t) {
+    case DType::F32: return static_cast<int>(WeightKind::F32);
+    case DType::F16: return static_cast<int>(WeightKind::F16);
+    case DType::BF16: return static_cast<int>(WeightKind::BF16);
+    case DType::Q4_0: return static_cast<int>(WeightKind::Q4_0);
+    case DType::Q4_1: return static_cast<int>(WeightKind::Q4_1);
+    case DType::Q5_0: return static_cast<int>(WeightKind::Q5_0);
+    case DType::Q5_1: return static_cast<int>(WeightKind::Q5_1);
+    case DType::Q8_0: return static_cast<int>(WeightKind::Q8_0);
+    case DType::Q2_K: return static_cast<int>(WeightKind::Q2_K);
+    case DType::Q3_K: return static_cast<int>(WeightKind::Q3_K);
+    case DType::Q4_K: return static_cast<int>(WeightKind::Q4_K);
+    case DType::Q5_K: return static_cast<int>(WeightKind::Q5_K);
+    case DType::Q6_K: return static_cast<int>(WeightKind::Q6_K);
+    default: return -1;
+  }
+}
+
+KernelTable make_kernel_table(Isa isa) {
+  KernelTable kt;
+  register_scalar_kernels(kt);
+#if defined(EMBER_CPU_X86)
+  if (isa >= Isa::Avx2) register_avx2_kernels(kt);
+  if (isa >= Isa::Avx512) register_avx512_kernels(kt);
+#endif
+  kt.isa = isa;
+  return kt;
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,86 @@
+#pragma once
+// Internal kernel interface of the CPU backend: one KernelTable per instruction set, filled
+// by dispatch.cpp from the scalar kernels and then overridden by the AVX2 / AVX-512 files.
+// This header must stay free of inline code that does floating-point or vector work: it is
+// included by files compiled with AVX-512 flags, and an inline function emitted there could
+// be picked by the linker for baseline callers.
+#include "core/dtype.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace ember::cpu {
+
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+std::string_view isa_name(Isa isa);
+// Best instruction set this CPU supports (runtime check).
+Isa detect_isa();
+bool isa_supported(Isa isa);
+
+// Activation rows for the integer dot products (each row 64-byte aligned in scratch):
+//   Q8_32: [k int8 qs][k/32 float d][k/32 int32 sum(qs)]  d and qs equal quantize_row(Q8_0)
+//          (d is the f16-rounded scale, as the block stores it)
+//   Q8_K : [k int8 qs][k/256 float d][k/16 int16 bsums]   equal to quantize_row(Q8_K)
+enum class ActFormat : int { F32 = 0, Q8_32 = 1, Q8_K = 2 };
+size_t act_row_bytes(ActFormat f, int64_t k);
+
+// out[r, c] = dot(activation row r, weight row c) over k, for one block of outputs.
+struct MatmulProblem {
+  int64_t k = 0;
+  const uint8_t* w = nullptr;  // [m, k] weight rows in their storage format
+  size_t w_stride = 0;         // bytes per weight row
+  const uint8_t* a = nullptr;  // [n, k] activation rows in the kernel's ActFormat
+  size_t a_stride = 0;         // bytes per activation row
+  float* out = nullptr;        // [n, m]
+  int64_t out_stride = 0;      // floats per output row
+};
+// Computes out rows [r0, r1) x columns [c0, c1) (no bias).
+using MatmulFn = void (*)(const MatmulProblem& p, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+struct MatmulKernel {
+  ActFormat act = ActFormat::F32;
+  MatmulFn fn = nullptr;
+};
+
+// Weight dtypes with a matmul kernel, as indices into KernelTable::matmul.
+enum class WeightKind : int {
+  F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Count
+};
+// -1 when dtype has no matmul kernel.
+int weight_kind_index(DType t);
+
+using QuantizeActFn = void (*)(const float* x, uint8_t* row, int64_t k);
+
+struct KernelTable {
+  Isa isa = Isa::Scalar;
+  MatmulKernel matmul[static_cast<int>(WeightKind::Count)];
+  QuantizeActFn quantize_q8_32 = nullptr;
+  QuantizeActFn quantize_q8_k = nullptr;
+  // Vector helpers (attention, norms).
+  float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
+  // y[i] = y[i] * s + a * x[i]
+  void (*scale_axpy_f32)(float* y, float s, float a, const float* x, int64_t n) = nullptr;
+  void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n) = nullptr;
+  void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n) = nullptr;
+  // out = act(gate) * up, act = silu or gelu (tanh approximation).
+  void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
+  void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
+  // Sum of squares in double-free float arithmetic with a fixed lane order.
+  float (*sum_squares)(const float* x, int64_t n) = nullptr;
+  // x[i] = exp(x[i] - max) in place (exp(-inf) = 0); returns the sum.
+  float (*exp_sub_sum)(float* x, float max, int64_t n) = nullptr;
+};
+
+// The table for isa (which must be supported by this CPU).
+KernelTable make_kernel_table(Isa isa);
+
+// Per-ISA registration (each overrides the entries it implements).
+void register_scalar_kernels(KernelTable& kt);
+void register_scalar_matmul(KernelTable& kt);
+void register_scalar_act_quant(KernelTable& kt);
+#if defined(EMBER_CPU_X86)
+void register_avx2_kernels(KernelTable& kt);
+void register_avx512_kernels(KernelTable& kt);
+#endif
+
+}  // namespace ember::cpu

@@ -1,0 +1,169 @@
+// matmul for every weight dtype against a double-precision reference:
+//  - tight: weights dequantized by the quant reference, activations quantized and dequantized
+//    exactly as the integer kernels see them (quant::quantize_row Q8_0 / Q8_K);
+//  - loose: the same weights against the unquantized activations, within a bound derived
+//    from the activation quantization step.
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "test_util.h"
+
+#include <cstring>
+
+namespace ember::test {
+namespace {
+
+// Offsets of the f16 scale fields of a block (they must hold finite, modest values).
+std::vector<size_t> scale_offsets(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// Random weights [m, k] of dtype t: random bytes (every bit pattern of quants and sub-block
+// scales) with random finite block scales; float types from normals.
+std::vector<uint8_t> random_weights(Rng& rng, DType t, int64_t m, int64_t k) {
+  const size_t bytes = dtype_row_bytes(t, k) * static_cast<size_t>(m);
+  std::vector<uint8_t> w(bytes);
+  if (t == DType::F32) {
+    auto v = rng.normals(static_cast<size_t>(m * k), 0.1f);
+    std::memcpy(w.data(), v.data(), bytes);
+    return w;
+  }
+  if (t == DType::F16 || t == DType::BF16) {
+    for (int64_t i = 0; i < m * k; ++i) {
+      const float f = rng.normal() * 0.1f;
+      const uint16_t h = t == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
+      std::memcpy(w.data() + 2 * i, &h, 2);
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng.uniform_int(0, 255));
+  const size_t block_bytes = dtype_block_bytes(t);
+  for (size_t b = 0; b < bytes / block_bytes; ++b) {
+    for (size_t off : scale_offsets(t)) {
+      const float s = rng.uniform(0.001f, 0.02f) * (rng.uniform_int(0, 3) == 0 ? -1.0f : 1.0f);
+      const uint16_t h = f32_to_f16(s);
+      std::memcpy(w.data() + b * block_bytes + off, &h, 2);
+    }
+  }
+  return w;
+}
+
+DType act_dtype_for(DType w) {
+  switch (w) {
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return DType::Q8_K;
+    case DType::F32: case DType::F16: case DType::BF16: return DType::F32;
+    default: return DType::Q8_0;
+  }
+}
+
+struct MatmulCase {
+  DType dtype;
+  int64_t n, m, k;
+  bool bias;
+};
+
+void run_case(Backend& be, const MatmulCase& c, uint64_t seed) {
+  SCOPED_TRACE(fmt::format("{} n={} m={} k={} bias={}", dtype_name(c.dtype), c.n, c.m, c.k, c.bias));
+  Rng rng(seed);
+  auto wbytes = random_weights(rng, c.dtype, c.m, c.k);
+  auto x = rng.normals(static_cast<size_t>(c.n * c.k));
+  // A few large outliers, as real activations have.
+  for (int i = 0; i < 5; ++i) x[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(x.size()) - 1))] *= 20.0f;
+  auto bias = rng.normals(static_cast<size_t>(c.m));
+  auto out = poisoned(static_cast<size_t>(c.n * c.m));
+
+  Tensor tw = make_tensor(wbytes.data(), c.dtype, {c.m, c.k});
+  Tensor tx = f32_tensor(x, {c.n, c.k});
+  Tensor tb = f32_tensor(bias, {c.m});
+  Tensor to = f32_tensor(out, {c.n, c.m});
+  be.matmul(tx, tw, c.bias ? &tb : nullptr, to);
+
+  // Reference weights.
+  std::vector<float> wf(static_cast<size_t>(c.m * c.k));
+  for (int64_t r = 0; r < c.m; ++r) quant::dequantize_row(c.dtype, tw.row_ptr(r), wf.data() + r * c.k, c.k);
+  // Activations as the kernel sees them, and the bound on their quantization error.
+  const DType adt = act_dtype_for(c.dtype);
+  std::vector<float> xq(x.size()), xerr(x.size(), 0.0f);
+  if (adt == DType::F32) {
+    xq = x;
+  } else {
+    const int64_t bs = dtype_block_size(adt);
+    std::vector<uint8_t> qrow(dtype_row_bytes(adt, c.k));
+    for (int64_t r = 0; r < c.n; ++r) {
+      quant::quantize_row(adt, x.data() + r * c.k, qrow.data(), c.k);
+      quant::dequantize_row(adt, qrow.data(), xq.data() + r * c.k, c.k);
+      for (int64_t b = 0; b < c.k / bs; ++b) {
+        float amax = 0.0f;
+        for (int64_t j = 0; j < bs; ++j) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * c.k + b * bs + j)]));
+        // half a step, plus Q8_0's f16-rounded scale (up to 127 * 2^-11 of a step)
+        for (int64_t j = 0; j < bs; ++j) xerr[static_cast<size_t>(r * c.k + b * bs + j)] = amax / 127.0f * 0.57f;
+      }
+    }
+  }
+  for (int64_t i = 0; i < c.n; ++i) {
+    for (int64_t j = 0; j < c.m; ++j) {
+      double ref_q = 0, ref_x = 0, mag = 0, act_bound = 0;
+      for (int64_t l = 0; l < c.k; ++l) {
+        const double w = wf[static_cast<size_t>(j * c.k + l)];
+        ref_q += w * xq[static_cast<size_t>(i * c.k + l)];
+        ref_x += w * x[static_cast<size_t>(i * c.k + l)];
+        mag += std::fabs(w * xq[static_cast<size_t>(i * c.k + l)]);
+        act_bound += std::fabs(w) * xerr[static_cast<size_t>(i * c.k + l)];
+      }
+      const double b = c.bias ? bias[static_cast<size_t>(j)] : 0.0;
+      const float got = out[static_cast<size_t>(i * c.m + j)];
+      ASSERT_TRUE(std::isfinite(got)) << "out[" << i << "," << j << "] not written";
+      const double tight = 3e-6 * mag + 1e-6 * std::fabs(b) + 1e-6;
+      ASSERT_NEAR(got, ref_q + b, tight) << "at [" << i << "," << j << "] (vs quantized activations)";
+      ASSERT_NEAR(got, ref_x + b, tight + act_bound) << "at [" << i << "," << j << "] (vs float activations)";
+    }
+  }
+}
+
+const DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
+                            DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                            DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+class MatmulTest : public BackendTest {};
+
+TEST_P(MatmulTest, AllDtypesOddShapes) {
+  uint64_t seed = 1;
+  for (DType t : kAllDtypes) {
+    const int64_t bs = dtype_block_size(t);
+    const int64_t k_small = bs == 256 ? 256 : 32 * 5;
+    for (int64_t k : {k_small, int64_t{256 * 3}}) {
+      for (int64_t n : {1, 3, 17}) {
+        run_case(*backend_, {t, n, 37, k, n == 3}, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, ManyRowsTakesTheBlockedPath) {
+  uint64_t seed = 100;
+  for (DType t : kAllDtypes) {
+    run_case(*backend_, {t, 70, 45, 512, true}, seed++);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(MatmulTest, WideOutput) {
+  // m large enough that threads split the columns; m odd so tiles have tails.
+  uint64_t seed = 200;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
+    run_case(*backend_, {t, 2, 301, 512, false}, seed++);
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, MatmulTest, testing::ValuesIn(backend_cases()), case_name);
+
+}  // namespace
+}  // namespace ember::test
