@@ -6,17 +6,10 @@
 #include "engine/outputs.h"
 
 #include <chrono>
-#include <condition_variable>
-#include <cstddef>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <vector>
 
 namespace ember {
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace ember {
 
 class Scheduler;
 class Sampler;
+struct SeqUpdate;
 
 struct EngineConfig {
   // KV cache size: n_blocks when > 0, else kv_cache_bytes / executor->kv_bytes_per_block().
@@ -60,7 +62,7 @@ class LlmEngine {
 
   EngineStats stats() const;
   const EngineConfig& config() const { return config_; }
-  int vocab_size() const;
+  int vocab_size() const { return vocab_size_; }
   int max_model_len() const { return config_.scheduler.max_model_len; }
   int num_kv_blocks() const { return config_.scheduler.n_blocks; }
   // Error of the last failed execute (requests in that step finished with kError).
@@ -73,8 +75,13 @@ class LlmEngine {
  private:
   LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig config);
 
+  std::vector<Request> make_samples(EngineRequest request);
+  void emit(const std::vector<SeqUpdate>& updates, std::vector<RequestOutput>& outputs);
+
   std::unique_ptr<ModelExecutor> executor_;
   EngineConfig config_;
+  int vocab_size_ = 0;
+  std::mt19937_64 seeder_;  // seeds of requests without one
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<float> logits_;

@@ -49,6 +49,7 @@ struct RequestOutput {
 struct EngineStats {
   int num_running = 0;   // sequences holding KV blocks
   int num_waiting = 0;   // sequences waiting (new, preempted or awaiting fork)
+  int num_waiting_requests = 0;  // new or preempted sequences: the admission queue
   int kv_blocks_used = 0;
   int kv_blocks_total = 0;
   int block_size = 0;
@@ -65,8 +66,8 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;   // tokens actually run through the model for prefill
   int64_t generation_tokens_total = 0;  // sampled tokens
   int64_t num_steps = 0;
-  int64_t requests_finished = 0;
-  int64_t requests_aborted = 0;
+  int64_t requests_finished = 0;  // finished samples, any reason (n samples count n)
+  int64_t requests_aborted = 0;   // abort() calls that found a live request
 };
 
 }  // namespace ember

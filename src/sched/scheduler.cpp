@@ -35,6 +35,11 @@ const Request* Scheduler::find(SeqId seq) const {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
+Request* Scheduler::find(SeqId seq) {
+  auto it = requests_.find(seq);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
 bool Scheduler::contains(const std::string& request_id) const {
   return by_request_id_.count(request_id) > 0;
 }
@@ -219,6 +224,7 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.num_running = static_cast<int>(running_.size());
   s.num_waiting = static_cast<int>(waiting_.size());
+  s.num_waiting_requests = s.num_waiting;
   for (const auto& [parent, children] : fork_children_) s.num_waiting += static_cast<int>(children.size());
   s.num_preemptions = num_preemptions_;
   s.kv = kv_.stats();

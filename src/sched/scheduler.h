@@ -63,6 +63,7 @@ struct SeqUpdate {
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;  // includes samples awaiting their fork
+  int num_waiting_requests = 0;  // new or preempted sequences only (the admission queue)
   int64_t num_preemptions = 0;
   KvStats kv;
 };
@@ -94,6 +95,8 @@ class Scheduler {
 
   bool has_work() const { return !requests_.empty(); }
   const Request* find(SeqId seq) const;
+  // Mutable access for the engine's sampler (random stream); nullptr if unknown.
+  Request* find(SeqId seq);
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv() const { return kv_; }

@@ -1,0 +1,227 @@
+#include "engine/engine.h"
+
+#include "core/check.h"
+#include "core/log.h"
+#include "kv/kv_cache_manager.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace ember {
+
+namespace {
+// splitmix64 finalizer: spreads (seed, index) pairs into unrelated stream seeds.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+struct LlmEngine::Counters {
+  int64_t prompt_tokens_total = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t num_steps = 0;
+  int64_t requests_finished = 0;
+  int64_t requests_aborted = 0;
+};
+
+Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecutor> executor,
+                                                     EngineConfig config) {
+  if (!executor) return Status::error("LlmEngine needs a model executor");
+  SchedulerConfig& sc = config.scheduler;
+  const int max_context = executor->max_context();
+  if (sc.max_model_len <= 0 || sc.max_model_len > max_context) sc.max_model_len = max_context;
+  if (sc.block_size < 1) return Status::errorf("block_size must be >= 1, got {}", sc.block_size);
+  const size_t block_bytes = executor->kv_bytes_per_block(sc.block_size);
+  int n_blocks = config.n_blocks;
+  if (n_blocks <= 0) {
+    if (config.kv_cache_bytes == 0)
+      return Status::error("the KV cache size is not set (n_blocks or kv_cache_bytes)");
+    n_blocks = kv_blocks_for_budget(config.kv_cache_bytes, block_bytes);
+    if (n_blocks < 1)
+      return Status::errorf("a KV cache budget of {} bytes holds no block ({} bytes each)",
+                            config.kv_cache_bytes, block_bytes);
+  }
+  sc.n_blocks = n_blocks;
+  EMBER_RETURN_IF_ERROR(sc.validate().with_context("scheduler config"));
+  EMBER_RETURN_IF_ERROR(
+      executor->allocate_kv_cache(KvCacheConfig{n_blocks, sc.block_size}).with_context("KV cache"));
+  EMBER_LOG_INFO("KV cache: {} blocks x {} tokens = {} tokens, {:.1f} MiB", n_blocks,
+                 sc.block_size, static_cast<int64_t>(n_blocks) * sc.block_size,
+                 static_cast<double>(block_bytes) * n_blocks / (1024.0 * 1024.0));
+  return std::unique_ptr<LlmEngine>(new LlmEngine(std::move(executor), std::move(config)));
+}
+
+LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig config)
+    : executor_(std::move(executor)),
+      config_(std::move(config)),
+      vocab_size_(executor_->vocab_size()),
+      seeder_(config_.deterministic ? config_.seed : std::random_device{}()),
+      scheduler_(std::make_unique<Scheduler>(config_.scheduler, config_.eos_token_ids)),
+      sampler_(std::make_unique<Sampler>(config_.eos_token_ids)),
+      counters_(std::make_unique<Counters>()) {}
+
+LlmEngine::~LlmEngine() = default;
+
+Status LlmEngine::validate(const EngineRequest& request) const {
+  if (request.request_id.empty()) return Status::error("the request id must not be empty");
+  EMBER_RETURN_IF_ERROR(request.params.validate(vocab_size_));
+  for (int32_t t : request.prompt_token_ids) {
+    if (t < 0 || t >= vocab_size_)
+      return Status::errorf("prompt token id {} is outside the vocabulary (size {})", t, vocab_size_);
+  }
+  return scheduler_->check_request(static_cast<int>(request.prompt_token_ids.size()),
+                                   request.params);
+}
+
+std::vector<Request> LlmEngine::make_samples(EngineRequest request) {
+  const SamplingParams& p = request.params;
+  // Seeded requests and deterministic mode get streams that depend only on the request,
+  // never on arrival order or batch neighbours.
+  uint64_t base = 0;
+  if (p.seed) {
+    base = mix64(*p.seed);
+  } else if (config_.deterministic) {
+    base = mix64(config_.seed ^ std::hash<std::string>{}(request.request_id));
+  } else {
+    base = seeder_();
+  }
+  std::vector<Request> samples(static_cast<size_t>(p.n));
+  for (int i = 0; i < p.n; ++i) {
+    Request& r = samples[static_cast<size_t>(i)];
+    r.request_id = request.request_id;
+    r.sample_index = i;
+    r.token_ids = request.prompt_token_ids;
+    r.num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+    r.params = p;
+    r.arrival_time = request.arrival_time.value_or(Clock::now());
+    r.priority = request.priority;
+    r.cache_salt = request.cache_salt;
+    r.rng.seed(mix64(base + static_cast<uint64_t>(i)));
+  }
+  return samples;
+}
+
+Status LlmEngine::add_request(EngineRequest request) {
+  EMBER_RETURN_IF_ERROR(validate(request));
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+  EMBER_RETURN_IF_ERROR(scheduler_->add_request(make_samples(std::move(request))));
+  counters_->prompt_tokens_total += n_prompt;
+  return Status::ok();
+}
+
+bool LlmEngine::abort(const std::string& request_id) {
+  const std::vector<SeqUpdate> updates = scheduler_->abort(request_id);
+  if (updates.empty()) return false;
+  ++counters_->requests_aborted;
+  emit(updates, pending_outputs_);
+  return true;
+}
+
+void LlmEngine::emit(const std::vector<SeqUpdate>& updates, std::vector<RequestOutput>& outputs) {
+  for (const SeqUpdate& u : updates) {
+    RequestOutput o;
+    o.request_id = u.request_id;
+    o.index = u.sample_index;
+    if (u.new_token) o.new_token_ids.push_back(*u.new_token);
+    o.finished = u.finished;
+    o.finish_reason = u.finish_reason;
+    o.stop_token_id = u.stop_token_id;
+    o.num_prompt_tokens = u.num_prompt_tokens;
+    o.num_cached_tokens = u.num_cached_tokens;
+    o.num_output_tokens = u.num_output_tokens;
+    if (u.finish_reason == FinishReason::kError) o.error = last_error_.message();
+    if (u.finished) ++counters_->requests_finished;
+    outputs.push_back(std::move(o));
+  }
+}
+
+std::vector<RequestOutput> LlmEngine::step() {
+  std::vector<RequestOutput> outputs = std::move(pending_outputs_);
+  pending_outputs_.clear();
+  if (!scheduler_->has_work()) return outputs;
+  SchedulerOutput so = scheduler_->schedule();
+  if (so.empty()) return outputs;
+  ++counters_->num_steps;
+
+  Status st;
+  if (!so.block_copies.empty()) st = executor_->copy_blocks(so.block_copies);
+  if (st.is_ok()) st = executor_->execute(so.batch, logits_);
+  const size_t n_expected = so.batch.logit_rows.size() * static_cast<size_t>(vocab_size_);
+  if (st.is_ok() && logits_.size() != n_expected)
+    st = Status::errorf("the executor returned {} logits, expected {}", logits_.size(), n_expected);
+  if (!st.is_ok()) {
+    last_error_ = st.with_context("model step");
+    EMBER_LOG_ERROR("{}", last_error_.message());
+    emit(scheduler_->fail(so), outputs);
+    return outputs;
+  }
+
+  for (const ScheduledSeq& s : so.seqs) {
+    const Request* r = scheduler_->find(s.seq_id);
+    const int end = s.n_computed_before + s.n_new_tokens;
+    counters_->prompt_tokens_computed +=
+        std::max(0, std::min(end, r->num_prompt_tokens) - s.n_computed_before);
+  }
+  std::vector<SamplerRow> rows;
+  rows.reserve(so.samples.size());
+  for (const SampleSlot& slot : so.samples) {
+    Request* r = scheduler_->find(slot.seq_id);
+    EMBER_CHECK(r != nullptr);
+    rows.push_back({slot.logits_row, &r->params, r->prompt(), r->output(), &r->rng});
+  }
+  const std::vector<SampledToken> sampled = sampler_->sample(logits_, vocab_size_, rows);
+  std::vector<int32_t> tokens(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = sampled[i].token_id;
+  counters_->generation_tokens_total += static_cast<int64_t>(tokens.size());
+
+  const std::vector<SeqUpdate> updates = scheduler_->update(so, tokens);
+  const size_t first = outputs.size();
+  emit(updates, outputs);
+  // update() returns one update per sample, in order: attach the logprobs.
+  EMBER_CHECK(outputs.size() - first == sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    if (sampled[i].logprobs) outputs[first + i].logprobs.push_back(*sampled[i].logprobs);
+  }
+  return outputs;
+}
+
+bool LlmEngine::has_work() const { return !pending_outputs_.empty() || scheduler_->has_work(); }
+
+EngineStats LlmEngine::stats() const {
+  const SchedulerStats ss = scheduler_->stats();
+  EngineStats s;
+  s.num_running = ss.num_running;
+  s.num_waiting = ss.num_waiting;
+  s.num_waiting_requests = ss.num_waiting_requests;
+  s.kv_blocks_used = ss.kv.n_used;
+  s.kv_blocks_total = ss.kv.n_blocks;
+  s.block_size = config_.scheduler.block_size;
+  s.prefix_cache_queries = ss.kv.prefix_queries;
+  s.prefix_cache_hits = ss.kv.prefix_hits;
+  s.prefix_cache_hit_rate =
+      ss.kv.prefix_queries > 0
+          ? static_cast<double>(ss.kv.prefix_hits) / static_cast<double>(ss.kv.prefix_queries)
+          : 0.0;
+  s.kv_slots_allocated = ss.kv.slots_allocated;
+  s.kv_slots_used = ss.kv.slots_used;
+  s.kv_unused_fraction =
+      ss.kv.slots_allocated > 0
+          ? 1.0 - static_cast<double>(ss.kv.slots_used) / static_cast<double>(ss.kv.slots_allocated)
+          : 0.0;
+  s.num_preemptions = ss.num_preemptions;
+  s.prompt_tokens_total = counters_->prompt_tokens_total;
+  s.prompt_tokens_computed = counters_->prompt_tokens_computed;
+  s.generation_tokens_total = counters_->generation_tokens_total;
+  s.num_steps = counters_->num_steps;
+  s.requests_finished = counters_->requests_finished;
+  s.requests_aborted = counters_->requests_aborted;
+  return s;
+}
+
+}  // namespace ember

@@ -1,0 +1,100 @@
+#include "sample/sampler.h"
+
+#include "core/check.h"
+#include "sample/logits_processors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ember {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace
+
+Sampler::Sampler(std::vector<int32_t> eos_token_ids) : eos_token_ids_(std::move(eos_token_ids)) {}
+
+std::vector<SampledToken> Sampler::sample(std::span<const float> logits, int vocab_size,
+                                          std::span<const SamplerRow> rows) {
+  EMBER_CHECK(vocab_size > 0 && logits.size() % static_cast<size_t>(vocab_size) == 0);
+  const size_t n_logit_rows = logits.size() / static_cast<size_t>(vocab_size);
+  std::vector<SampledToken> out;
+  out.reserve(rows.size());
+  for (const SamplerRow& row : rows) {
+    EMBER_CHECK(row.logits_row >= 0 && static_cast<size_t>(row.logits_row) < n_logit_rows);
+    out.push_back(sample_row(
+        logits.subspan(static_cast<size_t>(row.logits_row) * vocab_size, vocab_size), row));
+  }
+  return out;
+}
+
+SampledToken Sampler::sample_row(std::span<const float> row_logits, const SamplerRow& row) {
+  EMBER_CHECK(row.params != nullptr);
+  const SamplingParams& p = *row.params;
+  work_.assign(row_logits.begin(), row_logits.end());
+  std::span<float> x(work_);
+  for (float& v : x)
+    if (std::isnan(v)) v = kNegInf;  // a broken logit must never be picked
+
+  if (static_cast<int>(row.output_token_ids.size()) < p.min_tokens) {
+    if (!p.ignore_eos) suppress_tokens(x, eos_token_ids_);
+    suppress_tokens(x, p.stop_token_ids);
+  }
+  apply_logit_bias(x, p.logit_bias);
+  apply_penalties(x, row.prompt_token_ids, row.output_token_ids, p.repetition_penalty,
+                  p.presence_penalty, p.frequency_penalty);
+
+  int32_t token = -1;
+  if (p.is_greedy()) {
+    token = argmax(x);
+  } else {
+    EMBER_CHECK(row.rng != nullptr, "non-greedy row without a random stream");
+    apply_temperature(x, p.temperature);
+    apply_min_p(x, p.min_p);
+    apply_top_k(x, p.top_k);
+    apply_top_p(x, p.top_p);
+    token = draw_from_logits(x, uniform01(*row.rng));
+  }
+  // Everything masked (e.g. min_tokens over a vocabulary of stop tokens): fall back to the
+  // model's own choice rather than failing the request.
+  if (token < 0) token = std::max<int32_t>(0, argmax(row_logits));
+
+  SampledToken result;
+  result.token_id = token;
+  if (p.logprobs) result.logprobs = compute_logprobs(row_logits, token, *p.logprobs);
+  return result;
+}
+
+SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top) {
+  auto val = [&](size_t i) { return std::isnan(raw_logits[i]) ? kNegInf : raw_logits[i]; };
+  float m = kNegInf;
+  for (size_t i = 0; i < raw_logits.size(); ++i) m = std::max(m, val(i));
+  double sum = 0.0;
+  for (size_t i = 0; i < raw_logits.size(); ++i)
+    if (val(i) > kNegInf) sum += std::exp(static_cast<double>(val(i)) - m);
+  const double lse = static_cast<double>(m) + std::log(sum);
+
+  SampleLogprobs lp;
+  lp.token_id = token;
+  const float tx = val(static_cast<size_t>(token));
+  lp.logprob = static_cast<float>(static_cast<double>(tx) - lse);
+  int rank = 1;
+  for (size_t i = 0; i < raw_logits.size(); ++i) rank += val(i) > tx;
+  lp.rank = rank;
+  if (n_top > 0) {
+    std::vector<int32_t> ids(raw_logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t k = std::min(ids.size(), static_cast<size_t>(n_top));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        const float va = val(static_cast<size_t>(a)), vb = val(static_cast<size_t>(b));
+                        return va != vb ? va > vb : a < b;
+                      });
+    for (size_t i = 0; i < k; ++i)
+      lp.top.push_back({ids[i], static_cast<float>(static_cast<double>(val(static_cast<size_t>(ids[i]))) - lse)});
+  }
+  return lp;
+}
+
+}  // namespace ember

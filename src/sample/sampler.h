@@ -1,0 +1,60 @@
+#pragma once
+// Sampler: picks one token per row from host logits [n_logit_rows, vocab], each row with its
+// own SamplingParams, token history and random stream. Rows are processed independently (no
+// batch-wide reductions), so a row's result never depends on its neighbours.
+//
+// Logprobs, when asked for, come from the raw model distribution: log_softmax of the logits
+// as the model returned them, before min_tokens, bias, penalties, temperature and truncation
+// (vLLM's default "raw_logprobs"). They therefore describe the model, not the sampler settings,
+// and a greedy token's logprob is the model's.
+#include "sample/logprobs.h"
+#include "sched/sampling_params.h"
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace ember {
+
+struct SamplerRow {
+  int logits_row = 0;  // which row of the logits (rows may be shared, e.g. n > 1 fan-out)
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> prompt_token_ids;
+  std::span<const int32_t> output_token_ids;
+  std::mt19937_64* rng = nullptr;  // advanced once per non-greedy draw
+};
+
+struct SampledToken {
+  int32_t token_id = 0;
+  std::optional<SampleLogprobs> logprobs;
+};
+
+class Sampler {
+ public:
+  // eos_token_ids are suppressed (with the request's stop_token_ids) until min_tokens
+  // outputs exist, unless the request ignores EOS.
+  explicit Sampler(std::vector<int32_t> eos_token_ids);
+
+  // logits: [n_logit_rows, vocab_size] row-major.
+  std::vector<SampledToken> sample(std::span<const float> logits, int vocab_size,
+                                   std::span<const SamplerRow> rows);
+  // One row (what sample() does per row).
+  SampledToken sample_row(std::span<const float> row_logits, const SamplerRow& row);
+
+ private:
+  std::vector<int32_t> eos_token_ids_;
+  std::vector<float> work_;  // scratch row
+};
+
+// Raw-distribution logprobs of `token` with the top `n_top` alternatives (most likely first,
+// lower id first among ties). NaN logits count as -inf.
+SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top);
+
+// Uniform double in [0, 1) from 53 random bits (portable, unlike std::uniform_real_distribution).
+inline double uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+}  // namespace ember
