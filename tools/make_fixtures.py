@@ -46,7 +46,7 @@ def tiny_configs():
                                 rope_parameters=dict(rope_type="default", rope_theta=1e6))),
         # Gemma 3: 6 layers (5 sliding of window 4, 1 global), MQA, GeGLU, sandwich norms.
         "gemma3": ("gemma3_text", dict(base, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=1,
-                                       head_dim=32, query_pre_attn_scalar=24, sliding_window=4,
+                                       head_dim=32, query_pre_attn_scalar=32, sliding_window=4,
                                        rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
                                                         "full_attention": dict(rope_type="default", rope_theta=1e6)},
                                        tie_word_embeddings=True, bos_token_id=2, eos_token_id=1)),
