@@ -72,16 +72,17 @@ Status Scheduler::check_request(int n_prompt_tokens, const SamplingParams& param
 
 Status Scheduler::add_request(std::vector<Request> samples) {
   EMBER_CHECK(!samples.empty());
-  const Request& first = samples.front();
-  if (contains(first.request_id))
-    return Status::errorf("request id '{}' is already in use", first.request_id);
-  EMBER_RETURN_IF_ERROR(check_request(first.num_prompt_tokens, first.params));
-  const int max_out = config_.max_model_len - first.num_prompt_tokens;
-  std::vector<SeqId>& ids = by_request_id_[first.request_id];
+  // Copies: the samples are moved from below.
+  const std::string request_id = samples.front().request_id;
+  const int n_prompt = samples.front().num_prompt_tokens;
+  if (contains(request_id)) return Status::errorf("request id '{}' is already in use", request_id);
+  EMBER_RETURN_IF_ERROR(check_request(n_prompt, samples.front().params));
+  const int max_out = config_.max_model_len - n_prompt;
+  std::vector<SeqId>& ids = by_request_id_[request_id];
   std::vector<SeqId> children;
   for (size_t i = 0; i < samples.size(); ++i) {
     Request& r = samples[i];
-    EMBER_CHECK(r.num_prompt_tokens == r.num_tokens() && r.request_id == first.request_id);
+    EMBER_CHECK(r.num_prompt_tokens == r.num_tokens() && r.request_id == request_id);
     r.seq_id = next_seq_id_++;
     r.sample_index = static_cast<int>(i);
     r.status = i == 0 ? RequestStatus::kWaiting : RequestStatus::kAwaitingFork;

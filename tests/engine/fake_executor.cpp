@@ -1,0 +1,109 @@
+#include "fake_executor.h"
+
+#include <fmt/format.h>
+
+namespace ember::testing {
+
+namespace {
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
+}  // namespace
+
+Status FakeExecutor::allocate_kv_cache(const KvCacheConfig& cfg) {
+  if (cfg.n_blocks < 1 || cfg.block_size < 1) return Status::error("bad KV cache config");
+  block_size_ = cfg.block_size;
+  slots_.assign(static_cast<size_t>(cfg.n_blocks) * cfg.block_size, Slot{});
+  return Status::ok();
+}
+
+void FakeExecutor::error(std::string message) {
+  if (errors_.size() < 50) errors_.push_back(std::move(message));
+}
+
+uint64_t FakeExecutor::sequence_hash(const std::vector<int32_t>& tokens) {
+  uint64_t h = 0x1234567ull;
+  for (int32_t t : tokens) h = mix(h, static_cast<uint64_t>(t));
+  return h;
+}
+
+bool FakeExecutor::saw_sequence(const std::vector<int32_t>& tokens) const {
+  return seen_.count(sequence_hash(tokens)) > 0;
+}
+
+void FakeExecutor::logits_for(const std::vector<int32_t>& tokens, int vocab_size, float* out) {
+  const uint64_t h = sequence_hash(tokens);
+  for (int v = 0; v < vocab_size; ++v) {
+    const uint64_t r = mix(h, static_cast<uint64_t>(v) + 1000003ull);
+    // Spread over [-4, 4): peaked enough that sampling is not uniform, varied enough that
+    // every token (EOS included) wins sometimes.
+    out[v] = static_cast<float>(static_cast<double>(r >> 11) * 0x1.0p-53 * 8.0 - 4.0);
+  }
+}
+
+Status FakeExecutor::execute(const ForwardBatch& b, std::vector<float>& logits) {
+  const int step = n_steps_++;
+  if (step == opt_.fail_on_step) return Status::error("injected executor failure");
+  if (block_size_ == 0) return Status::error("KV cache not allocated");
+  const int n_seqs = b.n_seqs();
+  if (b.positions.size() != b.token_ids.size() || b.slot_mapping.size() != b.token_ids.size() ||
+      b.query_start.size() != static_cast<size_t>(n_seqs) + 1 ||
+      b.block_tables.size() != static_cast<size_t>(n_seqs) * b.max_blocks_per_seq ||
+      b.query_start.back() != b.n_tokens())
+    return Status::error("malformed ForwardBatch");
+  // Write this step's K/V first: tokens of a chunk attend to each other.
+  for (int t = 0; t < b.n_tokens(); ++t) {
+    const int32_t slot = b.slot_mapping[static_cast<size_t>(t)];
+    if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) {
+      error(fmt::format("step {}: slot {} out of range", step, slot));
+      continue;
+    }
+    slots_[static_cast<size_t>(slot)] = {b.token_ids[static_cast<size_t>(t)],
+                                         b.positions[static_cast<size_t>(t)]};
+  }
+  n_tokens_computed_ += b.n_tokens();
+  logits.assign(b.logit_rows.size() * static_cast<size_t>(opt_.vocab_size), 0.0f);
+  size_t row = 0;
+  for (int s = 0; s < n_seqs && row < b.logit_rows.size(); ++s) {
+    const int last = b.query_start[static_cast<size_t>(s) + 1] - 1;
+    if (b.logit_rows[row] != last) continue;
+    // Read the whole sequence back through its block table, as attention would.
+    const int len = b.seq_lens[static_cast<size_t>(s)];
+    if (b.positions[static_cast<size_t>(last)] != len - 1)
+      error(fmt::format("step {}: seq {} last position {} but seq_len {}", step, s,
+                        b.positions[static_cast<size_t>(last)], len));
+    std::vector<int32_t> tokens;
+    tokens.reserve(static_cast<size_t>(len));
+    for (int p = 0; p < len; ++p) {
+      const int bi = p / block_size_;
+      if (bi >= b.max_blocks_per_seq) {
+        error(fmt::format("step {}: seq {} position {} beyond its block table", step, s, p));
+        break;
+      }
+      const int32_t block = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + bi];
+      const Slot& slot = slots_[static_cast<size_t>(block) * block_size_ + p % block_size_];
+      if (slot.position != p)
+        error(fmt::format("step {}: seq {} position {} reads a slot holding position {}", step, s,
+                          p, slot.position));
+      tokens.push_back(slot.token);
+    }
+    seen_.insert(sequence_hash(tokens));
+    logits_for(tokens, opt_.vocab_size, logits.data() + row * opt_.vocab_size);
+    ++row;
+  }
+  if (row != b.logit_rows.size()) return Status::error("logit_rows are not sequence ends");
+  return Status::ok();
+}
+
+Status FakeExecutor::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+  for (const auto& [src, dst] : src_dst) {
+    for (int i = 0; i < block_size_; ++i)
+      slots_[static_cast<size_t>(dst) * block_size_ + i] = slots_[static_cast<size_t>(src) * block_size_ + i];
+    ++n_block_copies_;
+  }
+  return Status::ok();
+}
+
+}  // namespace ember::testing

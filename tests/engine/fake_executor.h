@@ -1,0 +1,68 @@
+#pragma once
+// FakeExecutor: a ModelExecutor whose "K/V" per cache slot is the (token id, position) that was
+// written there, and whose logits are a deterministic function of the token sequence it reads
+// back through the block table. Any wrong slot mapping, block table, copy-on-write or prefix
+// reuse therefore shows up as different logits (and so different greedy outputs) than the
+// same request run alone, and reads of unwritten or misplaced slots are counted as errors.
+#include "runner/model_executor.h"
+
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace ember::testing {
+
+struct FakeExecutorOptions {
+  int vocab_size = 64;
+  int max_context = 256;
+  size_t bytes_per_token = 64;  // for kv_bytes_per_block
+  // Make execute() fail on this call number (0-based); -1 never.
+  int fail_on_step = -1;
+};
+
+class FakeExecutor : public ModelExecutor {
+ public:
+  explicit FakeExecutor(FakeExecutorOptions options = {}) : opt_(options) {}
+
+  int vocab_size() const override { return opt_.vocab_size; }
+  int max_context() const override { return opt_.max_context; }
+  size_t kv_bytes_per_block(int block_size) const override {
+    return opt_.bytes_per_token * static_cast<size_t>(block_size);
+  }
+  Status allocate_kv_cache(const KvCacheConfig& cfg) override;
+  Status execute(const ForwardBatch& batch, std::vector<float>& logits) override;
+  Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
+
+  // The logits the fake returns after reading back exactly `tokens` (what a correct engine
+  // makes it see): [vocab_size].
+  static void logits_for(const std::vector<int32_t>& tokens, int vocab_size, float* out);
+
+  // Whether some logits row was computed from exactly this token sequence read back.
+  bool saw_sequence(const std::vector<int32_t>& tokens) const;
+  static uint64_t sequence_hash(const std::vector<int32_t>& tokens);
+
+  // Problems seen so far (unwritten slots read, position mismatches, bad batch shapes).
+  const std::vector<std::string>& errors() const { return errors_; }
+  int n_steps() const { return n_steps_; }
+  int64_t n_tokens_computed() const { return n_tokens_computed_; }
+  int64_t n_block_copies() const { return n_block_copies_; }
+
+ private:
+  struct Slot {
+    int32_t token = -1;
+    int32_t position = -1;
+  };
+  void error(std::string message);
+
+  FakeExecutorOptions opt_;
+  int block_size_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<std::string> errors_;
+  std::unordered_set<uint64_t> seen_;
+  int n_steps_ = 0;
+  int64_t n_tokens_computed_ = 0;
+  int64_t n_block_copies_ = 0;
+};
+
+}  // namespace ember::testing

@@ -1,0 +1,413 @@
+#include "engine_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace ember::testing {
+namespace {
+
+EngineRequest greedy_request(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  EngineRequest r;
+  r.request_id = std::move(id);
+  r.prompt_token_ids = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937_64& rng, int len, int vocab) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (auto& t : p) t = 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 1));
+  return p;
+}
+
+TEST(LlmEngine, GreedyMatchesReference) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  const std::vector<int32_t> prompt = {5, 9, 3, 7, 11, 2};
+  ASSERT_TRUE(te.engine->add_request(greedy_request("a", prompt, 20)).is_ok());
+  Results res = run_all(te);
+  const auto ref = reference_greedy(prompt, 20, {0}, 64, 256);
+  ASSERT_TRUE(res["a"][0].finished);
+  EXPECT_EQ(res["a"][0].tokens, ref);
+  EXPECT_EQ(res["a"][0].reason, ref.size() < 20 ? FinishReason::kStop : FinishReason::kLength);
+  EXPECT_EQ(res["a"][0].num_prompt_tokens, 6);
+  EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
+}
+
+// Batch invariance: every greedy request's output equals its solo reference whatever the
+// batching: staggered arrivals, shared prefixes (prefix-cache hits), chunked prefill with tiny
+// budgets, and a KV cache so small that requests get preempted and recomputed.
+struct Variant {
+  const char* name;
+  bool prefix_caching;
+  int budget;
+  int threshold;
+  int n_blocks;
+  bool chunked;
+  SchedulerPolicy policy;
+};
+
+class BatchInvariance : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(BatchInvariance, GreedyOutputsEqualSoloReference) {
+  const Variant v = GetParam();
+  EngineSetup s = default_setup();
+  s.config.n_blocks = v.n_blocks;
+  s.config.scheduler.enable_prefix_caching = v.prefix_caching;
+  s.config.scheduler.max_num_batched_tokens = v.budget;
+  s.config.scheduler.long_prefill_token_threshold = v.threshold;
+  s.config.scheduler.enable_chunked_prefill = v.chunked;
+  s.config.scheduler.policy = v.policy;
+  TestEngine te = make_engine(s);
+  std::mt19937_64 rng(42);
+  const std::vector<int32_t> system_a = random_prompt(rng, 13, 64);
+  const std::vector<int32_t> system_b = random_prompt(rng, 8, 64);
+  struct Pending {
+    EngineRequest req;
+    int arrive_step;
+  };
+  std::vector<Pending> pending;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> prompt;
+    const int kind = static_cast<int>(rng() % 3);
+    if (kind == 0) prompt = system_a;
+    if (kind == 1) prompt = system_b;
+    const auto tail = random_prompt(rng, 1 + static_cast<int>(rng() % 20), 64);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    EngineRequest r = greedy_request(fmt::format("r{}", i), prompt, 1 + static_cast<int>(rng() % 30));
+    r.priority = static_cast<int>(rng() % 3);
+    pending.push_back({r, static_cast<int>(rng() % 40)});
+  }
+  Results res;
+  for (int step = 0; step < 5000; ++step) {
+    for (const Pending& p : pending) {
+      if (p.arrive_step == step) {
+        ASSERT_TRUE(te.engine->add_request(p.req).is_ok());
+      }
+    }
+    if (step > 40 && !te.engine->has_work()) break;
+    checked_step(te, res);
+    if (HasFatalFailure()) return;
+  }
+  for (const Pending& p : pending) {
+    const SampleResult& r = res[p.req.request_id][0];
+    ASSERT_TRUE(r.finished) << p.req.request_id;
+    EXPECT_EQ(r.tokens, reference_greedy(p.req.prompt_token_ids, *p.req.params.max_tokens, {0}, 64, 256))
+        << v.name << " " << p.req.request_id;
+  }
+  const EngineStats st = te.engine->stats();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  if (v.n_blocks < 40) {
+    EXPECT_GT(st.num_preemptions, 0) << "the variant should preempt";
+  }
+  if (v.prefix_caching) {
+    EXPECT_GT(st.prefix_cache_hits, 0);
+  } else {
+    EXPECT_EQ(st.prefix_cache_hits, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engine, BatchInvariance,
+    ::testing::Values(Variant{"plain", false, 256, 0, 256, true, SchedulerPolicy::kFcfs},
+                      Variant{"prefix", true, 256, 0, 256, true, SchedulerPolicy::kFcfs},
+                      Variant{"chunked7", true, 7, 0, 256, true, SchedulerPolicy::kFcfs},
+                      Variant{"threshold3", true, 32, 3, 256, true, SchedulerPolicy::kFcfs},
+                      Variant{"no_chunking", true, 64, 0, 256, false, SchedulerPolicy::kFcfs},
+                      Variant{"tiny_kv", true, 32, 0, 24, true, SchedulerPolicy::kFcfs},
+                      Variant{"tiny_kv_nocache", false, 16, 0, 20, true, SchedulerPolicy::kFcfs},
+                      Variant{"tiny_kv_priority", true, 24, 5, 22, true, SchedulerPolicy::kPriority}),
+    [](const ::testing::TestParamInfo<Variant>& p) { return std::string(p.param.name); });
+
+TEST(LlmEngine, ParallelSamplesShareThePromptAndCopyOnWrite) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  EngineRequest r;
+  r.request_id = "multi";
+  r.prompt_token_ids = {3, 4, 5, 6, 7, 8, 9};  // 7 tokens, block 4: last prompt block half full
+  r.params.n = 4;
+  r.params.temperature = 1.5f;
+  r.params.seed = 7;
+  r.params.max_tokens = 12;
+  r.params.ignore_eos = true;
+  ASSERT_TRUE(te.engine->add_request(r).is_ok());
+  Results res = run_all(te);
+  ASSERT_EQ(res["multi"].size(), 4u);
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& [index, sample] : res["multi"]) {
+    ASSERT_TRUE(sample.finished);
+    EXPECT_EQ(sample.tokens.size(), 12u);
+    distinct.insert(sample.tokens);
+    // Every token was sampled from logits over this sample's true history: with a broken
+    // copy-on-write a sample would read its siblings' tokens.
+    std::vector<int32_t> hist = r.prompt_token_ids;
+    for (int32_t t : sample.tokens) {
+      EXPECT_TRUE(te.fake->saw_sequence(hist)) << "sample " << index;
+      hist.push_back(t);
+    }
+  }
+  EXPECT_GT(distinct.size(), 1u);
+  // The prompt ran once, not four times, and its half block was copied for three samples.
+  EXPECT_EQ(te.engine->stats().prompt_tokens_computed, 7);
+  EXPECT_EQ(te.fake->n_block_copies(), 3);
+  EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
+}
+
+TEST(LlmEngine, GreedyParallelSamplesAreIdentical) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  EngineRequest r = greedy_request("g", {1, 2, 3, 4, 5}, 10);
+  r.params.n = 3;
+  ASSERT_TRUE(te.engine->add_request(r).is_ok());
+  Results res = run_all(te);
+  const auto ref = reference_greedy(r.prompt_token_ids, 10, {0}, 64, 256);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(res["g"][i].tokens, ref);
+}
+
+// A seeded request samples the same tokens alone and amid other traffic.
+TEST(LlmEngine, SeededSamplingIgnoresBatchNeighbours) {
+  auto run = [](bool crowded) {
+    EngineSetup s = default_setup();
+    s.config.scheduler.max_num_batched_tokens = 16;
+    s.config.deterministic = false;  // only the request's own seed may matter
+    TestEngine te = make_engine(s);
+    std::mt19937_64 rng(5);
+    if (crowded) {
+      for (int i = 0; i < 6; ++i) {
+        EngineRequest o;
+        o.request_id = fmt::format("other{}", i);
+        o.prompt_token_ids = random_prompt(rng, 9, 64);
+        o.params.temperature = 1.0f;
+        o.params.max_tokens = 15;
+        EXPECT_TRUE(te.engine->add_request(o).is_ok());
+      }
+    }
+    EngineRequest r;
+    r.request_id = "seeded";
+    r.prompt_token_ids = {10, 20, 30, 40, 50};
+    r.params.temperature = 0.9f;
+    r.params.top_p = 0.9f;
+    r.params.seed = 1234;
+    r.params.n = 2;
+    r.params.max_tokens = 20;
+    r.params.ignore_eos = true;
+    EXPECT_TRUE(te.engine->add_request(r).is_ok());
+    Results res = run_all(te);
+    return std::make_pair(res["seeded"][0].tokens, res["seeded"][1].tokens);
+  };
+  const auto alone = run(false);
+  const auto crowded = run(true);
+  EXPECT_EQ(alone, crowded);
+  EXPECT_NE(alone.first, alone.second);  // samples of one request differ from each other
+}
+
+TEST(LlmEngine, StopConditions) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  const std::vector<int32_t> prompt = {7, 7, 7};
+  const auto free_run = reference_greedy(prompt, 40, {}, 64, 256, /*ignore_eos=*/true);
+  ASSERT_GE(free_run.size(), 10u);
+  // Stop on the 5th reference token via stop_token_ids (unless it shows up earlier).
+  EngineRequest stop = greedy_request("stop", prompt, 40);
+  stop.params.stop_token_ids = {free_run[4]};
+  stop.params.ignore_eos = true;
+  EngineRequest min_tok = stop;
+  min_tok.request_id = "min";
+  min_tok.params.min_tokens = 6;  // suppresses the stop token for 6 outputs
+  EngineRequest len = greedy_request("len", prompt, 3);
+  len.params.ignore_eos = true;
+  EngineRequest ctx = greedy_request("ctx", prompt, 253);  // 3 + 253 = the context window
+  ctx.params.ignore_eos = true;
+  for (const auto& r : {stop, min_tok, len, ctx}) ASSERT_TRUE(te.engine->add_request(r).is_ok());
+  Results res = run_all(te);
+
+  const auto first_stop = std::find(free_run.begin(), free_run.end(), free_run[4]) - free_run.begin();
+  EXPECT_EQ(res["stop"][0].reason, FinishReason::kStop);
+  EXPECT_EQ(res["stop"][0].tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + first_stop + 1));
+  EXPECT_EQ(res["len"][0].reason, FinishReason::kLength);
+  EXPECT_EQ(res["len"][0].tokens.size(), 3u);
+  EXPECT_EQ(res["ctx"][0].reason, FinishReason::kLength);
+  EXPECT_EQ(res["ctx"][0].tokens.size(), 253u);
+  // min_tokens: at least 6 tokens, none of the first 6 is the stop token, and if it stopped
+  // it stopped on the stop token.
+  const auto& m = res["min"][0].tokens;
+  ASSERT_GE(m.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NE(m[i], free_run[4]);
+  if (res["min"][0].reason == FinishReason::kStop) {
+    EXPECT_EQ(m.back(), free_run[4]);
+  }
+}
+
+TEST(LlmEngine, EosEndsUnlessIgnored) {
+  EngineSetup s = default_setup();
+  std::mt19937_64 rng(3);
+  // Find a prompt whose greedy continuation hits EOS (token 0) early.
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> ref;
+  for (int tries = 0; tries < 1000; ++tries) {
+    prompt = random_prompt(rng, 4, 64);
+    ref = reference_greedy(prompt, 30, {0}, 64, 256);
+    if (ref.size() < 30 && ref.back() == 0) break;
+  }
+  ASSERT_EQ(ref.back(), 0);
+  s.config.eos_token_ids = {0};
+  TestEngine te = make_engine(s);
+  ASSERT_TRUE(te.engine->add_request(greedy_request("eos", prompt, 30)).is_ok());
+  EngineRequest ign = greedy_request("ign", prompt, 30);
+  ign.params.ignore_eos = true;
+  ASSERT_TRUE(te.engine->add_request(ign).is_ok());
+  std::vector<RequestOutput> last_eos;
+  Results res;
+  while (te.engine->has_work()) {
+    auto outs = te.engine->step();
+    for (auto& o : outs)
+      if (o.request_id == "eos" && o.finished) last_eos.push_back(o);
+    collect(outs, res);
+  }
+  EXPECT_EQ(res["eos"][0].tokens, ref);
+  EXPECT_EQ(res["eos"][0].reason, FinishReason::kStop);
+  ASSERT_EQ(last_eos.size(), 1u);
+  EXPECT_EQ(last_eos[0].stop_token_id, std::optional<int32_t>(0));
+  EXPECT_EQ(res["ign"][0].tokens.size(), 30u);
+  EXPECT_EQ(res["ign"][0].reason, FinishReason::kLength);
+}
+
+TEST(LlmEngine, LogprobsAreRawModelLogSoftmax) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  EngineRequest r = greedy_request("lp", {4, 8, 15, 16, 23, 42}, 5);
+  r.params.logprobs = 3;
+  r.params.repetition_penalty = 1.3f;  // processing must not change the reported logprobs
+  r.params.ignore_eos = true;
+  ASSERT_TRUE(te.engine->add_request(r).is_ok());
+  Results res = run_all(te);
+  const SampleResult& out = res["lp"][0];
+  ASSERT_EQ(out.logprobs.size(), out.tokens.size());
+  std::vector<int32_t> hist = r.prompt_token_ids;
+  std::vector<float> logits(64);
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    FakeExecutor::logits_for(hist, 64, logits.data());
+    double m = -1e30, sum = 0;
+    for (float x : logits) m = std::max(m, static_cast<double>(x));
+    for (float x : logits) sum += std::exp(x - m);
+    const double lse = m + std::log(sum);
+    const SampleLogprobs& lp = out.logprobs[i];
+    EXPECT_EQ(lp.token_id, out.tokens[i]);
+    EXPECT_NEAR(lp.logprob, logits[static_cast<size_t>(out.tokens[i])] - lse, 1e-5);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
+    EXPECT_NEAR(lp.top[0].logprob, m - lse, 1e-5);
+    hist.push_back(out.tokens[i]);
+  }
+}
+
+TEST(LlmEngine, RejectsBadRequestsWithClearStatus) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  EngineRequest too_long = greedy_request("x", std::vector<int32_t>(250, 1), 10);
+  Status st = te.engine->add_request(too_long);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("context window"), std::string::npos) << st.message();
+  EngineRequest bad_p = greedy_request("y", {1, 2}, 10);
+  bad_p.params.top_p = 1.5f;
+  st = te.engine->add_request(bad_p);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("top_p"), std::string::npos) << st.message();
+  EngineRequest bad_tok = greedy_request("z", {1, 64}, 10);
+  st = te.engine->add_request(bad_tok);
+  EXPECT_NE(st.message().find("vocabulary"), std::string::npos) << st.message();
+  EXPECT_FALSE(te.engine->add_request(greedy_request("e", {}, 10)).is_ok());
+  ASSERT_TRUE(te.engine->add_request(greedy_request("dup", {1}, 10)).is_ok());
+  st = te.engine->add_request(greedy_request("dup", {1}, 10));
+  EXPECT_NE(st.message().find("already in use"), std::string::npos) << st.message();
+}
+
+TEST(LlmEngine, AbortFreesBlocksAtOnce) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  EngineRequest r = greedy_request("a", std::vector<int32_t>(30, 5), 100);
+  r.params.ignore_eos = true;
+  r.params.n = 2;
+  ASSERT_TRUE(te.engine->add_request(r).is_ok());
+  ASSERT_TRUE(te.engine->add_request(greedy_request("b", {1, 2, 3}, 5)).is_ok());
+  Results res;
+  for (int i = 0; i < 3; ++i) checked_step(te, res);
+  EXPECT_GT(te.engine->stats().kv_blocks_used, 0);
+  ASSERT_TRUE(te.engine->abort("a"));
+  EXPECT_FALSE(te.engine->abort("a"));
+  EXPECT_FALSE(te.engine->abort("nope"));
+  ASSERT_TRUE(te.engine->scheduler().check_invariants().is_ok());
+  // Only b's blocks remain.
+  const int used_after = te.engine->stats().kv_blocks_used;
+  EXPECT_LE(used_after, 2);
+  checked_step(te, res);
+  ASSERT_TRUE(res["a"][0].finished && res["a"][1].finished);
+  EXPECT_EQ(res["a"][0].reason, FinishReason::kAbort);
+  run_all(te, res);
+  EXPECT_TRUE(res["b"][0].finished);
+  EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
+  EXPECT_EQ(te.engine->stats().requests_aborted, 1);
+}
+
+TEST(LlmEngine, ExecutorFailureEndsTheStepsRequestsWithError) {
+  EngineSetup s = default_setup();
+  s.fake.fail_on_step = 2;
+  TestEngine te = make_engine(s);
+  ASSERT_TRUE(te.engine->add_request(greedy_request("a", {1, 2, 3}, 10)).is_ok());
+  Results res = run_all(te);
+  EXPECT_EQ(res["a"][0].reason, FinishReason::kError);
+  EXPECT_FALSE(te.engine->last_error().is_ok());
+  EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
+  // The engine keeps working afterwards.
+  ASSERT_TRUE(te.engine->add_request(greedy_request("b", {1, 2, 3}, 4)).is_ok());
+  res = run_all(te);
+  EXPECT_EQ(res["b"][0].tokens, reference_greedy({1, 2, 3}, 4, {0}, 64, 256));
+}
+
+TEST(LlmEngine, PrefixCacheSkipsComputeAndReportsCachedTokens) {
+  EngineSetup s = default_setup();
+  TestEngine te = make_engine(s);
+  std::vector<int32_t> shared(20, 9);
+  std::vector<int32_t> p1 = shared, p2 = shared;
+  p1.push_back(1);
+  p2.push_back(2);
+  ASSERT_TRUE(te.engine->add_request(greedy_request("first", p1, 3)).is_ok());
+  Results res = run_all(te);
+  ASSERT_TRUE(te.engine->add_request(greedy_request("second", p2, 3)).is_ok());
+  const int64_t before = te.fake->n_tokens_computed();
+  Results res2 = run_all(te);
+  EXPECT_EQ(res2["second"][0].num_cached_tokens, 20);
+  // 1 prompt token plus 2 decode steps ran for the second request.
+  EXPECT_EQ(te.fake->n_tokens_computed() - before, 3);
+  EXPECT_EQ(res2["second"][0].tokens, reference_greedy(p2, 3, {0}, 64, 256));
+  const EngineStats st = te.engine->stats();
+  EXPECT_EQ(st.prefix_cache_queries, 42);
+  EXPECT_EQ(st.prefix_cache_hits, 20);
+  EXPECT_NEAR(st.prefix_cache_hit_rate, 20.0 / 42.0, 1e-9);
+  // A different salt shares nothing.
+  EngineRequest salted = greedy_request("salted", p2, 3);
+  salted.cache_salt = "tenant";
+  ASSERT_TRUE(te.engine->add_request(salted).is_ok());
+  Results res3 = run_all(te);
+  EXPECT_EQ(res3["salted"][0].num_cached_tokens, 0);
+}
+
+TEST(LlmEngine, SizesTheCacheFromBytes) {
+  EngineSetup s = default_setup();
+  s.config.n_blocks = 0;
+  s.config.kv_cache_bytes = 64 * 4 * 100 + 7;  // 100 blocks of 4 tokens x 64 bytes
+  TestEngine te = make_engine(s);
+  ASSERT_TRUE(te.engine);
+  EXPECT_EQ(te.engine->num_kv_blocks(), 100);
+  s.config.kv_cache_bytes = 10;
+  auto res = LlmEngine::create(std::make_unique<FakeExecutor>(s.fake), s.config);
+  EXPECT_FALSE(res.is_ok());
+  s.config.kv_cache_bytes = 0;
+  EXPECT_FALSE(LlmEngine::create(std::make_unique<FakeExecutor>(s.fake), s.config).is_ok());
+}
+
+}  // namespace
+}  // namespace ember::testing
