@@ -73,7 +73,8 @@ class Backend {
 
   // out[i, :] = table[ids[i], :]   table [n_vocab, d] any dtype, ids host [n], out [n, d]
   virtual void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) = 0;
-  // out = x / rms(x) * w per row   x, out [n, d], w [d] F32 (models fold offsets into w)
+  // out = x / rms(x) * w per row   x, out [n, d], w [d] F32 (models fold offsets into w);
+  // out may alias x.
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // out = x @ w^T (+ bias)   x [n, k], w [m, k] any dtype, bias [m] F32 or invalid, out [n, m]
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
@@ -87,7 +88,8 @@ class Backend {
   // chunk has position seq_len - n_new + j.
   virtual void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
                          const AttentionParams& p, Tensor& out) = 0;
-  // out = act(gate) * up   gate, up, out [n, f]; act: silu (SwiGLU) or gelu-tanh (GeGLU)
+  // out = act(gate) * up   gate, up, out [n, f]; act: silu (SwiGLU) or gelu-tanh (GeGLU);
+  // out may alias gate.
   virtual void glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) = 0;
   // out = a + b (elementwise, same shape); out may alias a.
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;

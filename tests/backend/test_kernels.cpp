@@ -22,6 +22,10 @@ TEST_P(ActQuantTest, Q8_32MatchesReference) {
     auto x = rng.normals(static_cast<size_t>(k), 2.0f);
     for (int64_t i = 0; i < k; i += 37) x[i] = 0.5f * static_cast<float>(i % 5);  // exact ties
     for (int64_t i = 64; i < std::min<int64_t>(k, 96); ++i) x[i] = 0.0f;          // an all-zero block
+    if (k >= 160) {  // a block with scale exactly 1: x * id lands on .5 ties
+      x[128] = 127.0f;
+      for (int64_t i = 129; i < 160; ++i) x[i] = static_cast<float>(i - 144) + 0.5f;
+    }
     std::vector<uint8_t> row(cpu::act_row_bytes(cpu::ActFormat::Q8_32, k));
     kt.quantize_q8_32(x.data(), row.data(), k);
     std::vector<quant::BlockQ8_0> ref(static_cast<size_t>(k / 32));

@@ -62,8 +62,16 @@ KernelTable make_kernel_table(Isa isa) {
   KernelTable kt;
   register_scalar_kernels(kt);
 #if defined(EMBER_CPU_X86)
-  if (isa >= Isa::Avx2) register_avx2_kernels(kt);
-  if (isa >= Isa::Avx512) register_avx512_kernels(kt);
+  if (isa >= Isa::Avx2) {
+    register_avx2_vec(kt);
+    register_avx2_matmul_quant(kt);
+    register_avx2_matmul_float(kt);
+  }
+  if (isa >= Isa::Avx512) {
+    register_avx512_vec(kt);
+    register_avx512_matmul_quant(kt);
+    register_avx512_matmul_float(kt);
+  }
 #endif
   kt.isa = isa;
   return kt;

@@ -79,8 +79,12 @@ void register_scalar_kernels(KernelTable& kt);
 void register_scalar_matmul(KernelTable& kt);
 void register_scalar_act_quant(KernelTable& kt);
 #if defined(EMBER_CPU_X86)
-void register_avx2_kernels(KernelTable& kt);
-void register_avx512_kernels(KernelTable& kt);
+void register_avx2_vec(KernelTable& kt);
+void register_avx2_matmul_quant(KernelTable& kt);
+void register_avx2_matmul_float(KernelTable& kt);
+void register_avx512_vec(KernelTable& kt);
+void register_avx512_matmul_quant(KernelTable& kt);
+void register_avx512_matmul_float(KernelTable& kt);
 #endif
 
 }  // namespace ember::cpu

@@ -1,8 +1,21 @@
-// avx2 vector helpers. Compiled with avx2 target flags; only reached after the runtime check.
+// Vector helpers and activation quantizers compiled for avx2 (see vec_impl.inc). Reached
+// only through the kernel table after the runtime CPU check.
 #include "backend/cpu/kernels.h"
 
-namespace ember::cpu {
+#include <immintrin.h>
 
-void register_avx2_kernels(KernelTable& kt) { (void)kt; }
+#include <cstdint>
+
+namespace ember::cpu {
+namespace avx2 {
+namespace {
+#define EMBER_VNNI 0
+#include "backend/cpu/simd_common.inc"
+#include "backend/cpu/vec_impl.inc"
+#undef EMBER_VNNI
+}  // namespace
+}  // namespace avx2
+
+void register_avx2_vec(KernelTable& kt) { avx2::register_vec(kt); }
 
 }  // namespace ember::cpu

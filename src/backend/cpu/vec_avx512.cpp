@@ -1,8 +1,21 @@
-// avx512 vector helpers. Compiled with avx512 target flags; only reached after the runtime check.
+// Vector helpers and activation quantizers compiled for avx512 (see vec_impl.inc). Reached
+// only through the kernel table after the runtime CPU check.
 #include "backend/cpu/kernels.h"
 
-namespace ember::cpu {
+#include <immintrin.h>
 
-void register_avx512_kernels(KernelTable& kt) { (void)kt; }
+#include <cstdint>
+
+namespace ember::cpu {
+namespace avx512 {
+namespace {
+#define EMBER_VNNI 1
+#include "backend/cpu/simd_common.inc"
+#include "backend/cpu/vec_impl.inc"
+#undef EMBER_VNNI
+}  // namespace
+}  // namespace avx512
+
+void register_avx512_vec(KernelTable& kt) { avx512::register_vec(kt); }
 
 }  // namespace ember::cpu

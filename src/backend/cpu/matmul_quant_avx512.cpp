@@ -1,0 +1,22 @@
+// Quantized matmul kernels compiled for avx512 (see matmul_quant_impl.inc). Reached only
+// through the kernel table after the runtime CPU check.
+#include "backend/cpu/kernels.h"
+#include "quant/blocks.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace ember::cpu {
+namespace avx512 {
+namespace {
+#define EMBER_VNNI 1
+#include "backend/cpu/simd_common.inc"
+#include "backend/cpu/matmul_quant_impl.inc"
+#undef EMBER_VNNI
+}  // namespace
+}  // namespace avx512
+
+void register_avx512_matmul_quant(KernelTable& kt) { avx512::register_quant_matmul(kt); }
+
+}  // namespace ember::cpu

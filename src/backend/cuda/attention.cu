@@ -1,0 +1,461 @@
+// Tensor-core paged attention (decode with split-K and GQA packing; tiled prefill) and the
+// split merge. See attention.cuh for the scheme; the comments here say why each step is so.
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = 64;     // keys per shared-memory tile
+constexpr int kDecodeRows = 16;   // packed query rows per decode block (one m16 tile)
+constexpr int kPrefillRows = 64;  // packed query rows per prefill block (16 per warp)
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Launch {
+  PagedAttnArgs a;
+  int group = 1;        // query heads per K/V head
+  int row_tiles = 1;    // blocks along the packed rows of one (sequence, kv head)
+  int splits = 1;       // decode: blocks along the key range
+  int split_len = 0;    // decode: keys per split (multiple of kTileKeys)
+  float* part_o = nullptr;    // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16, head_dim]
+  float* part_lse = nullptr;  // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16] (log2)
+};
+
+// Shared-memory tiles are rows of D 16-bit values, addressed in 16-byte chunks; chunk c of
+// row r is stored at c ^ (r % 8) so the 8 rows an ldmatrix reads hit 8 different bank groups.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * (D / 8) + (chunk ^ (row & 7));
+}
+
+template <typename T, int D, bool kDecode>
+__global__ void __launch_bounds__(kThreads) paged_attn_mma_kernel(const Launch L) {
+  constexpr int kRows = kDecode ? kDecodeRows : kPrefillRows;
+  constexpr int kCh = D / 8;                  // 16-byte chunks per row
+  constexpr int kWarpKeys = kDecode ? 16 : kTileKeys;  // keys of a tile one warp handles
+  constexpr int kNtS = kWarpKeys / 8;         // score n-tiles per warp
+  constexpr int kNtO = D / 8;                 // output n-tiles
+  constexpr int kKs = D / 16;                 // k-steps of Q K^T
+  constexpr int kKeysPerPass = kThreads / kCh;
+  constexpr int kPasses = kTileKeys / kKeysPerPass;
+  static_assert(kTileKeys % kKeysPerPass == 0 && kCh >= 8);
+
+  const PagedAttnArgs& a = L.a;
+  extern __shared__ uint4 smem[];
+  uint4* s_q = smem;                         // [kRows][kCh]
+  uint4* s_k = s_q + kRows * kCh;            // [2][kTileKeys][kCh]
+  uint4* s_v = s_k + 2 * kTileKeys * kCh;    // [2][kTileKeys][kCh]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int zi = blockIdx.z;
+  const int seq = a.seq_ids[zi];
+  const int kh = blockIdx.y;
+  int rt, split;
+  if constexpr (kDecode) {
+    rt = blockIdx.x / L.splits;
+    split = blockIdx.x % L.splits;
+  } else {
+    rt = gridDim.x - 1 - blockIdx.x;  // the longest (latest) row tiles start first
+    split = 0;
+  }
+  const int q0 = a.query_start[seq];
+  const int n_new = a.query_start[seq + 1] - q0;
+  const int seq_len = a.seq_lens[seq];
+  const int G = L.group;
+  const int n_rows = n_new * G;
+  const int row0 = rt * kRows;
+  if (row0 >= n_rows) return;  // uniform over the block, before any barrier
+  const int pos_base = seq_len - n_new;
+  const int pos_min = pos_base + row0 / G;
+  const int pos_max = pos_base + (min(row0 + kRows, n_rows) - 1) / G;
+  int kv_lo = a.window > 0 ? max(0, pos_min - a.window + 1) : 0;
+  int kv_hi = pos_max + 1;  // exclusive; causal: no row sees past its own position
+  const size_t part = ((static_cast<size_t>(zi) * a.n_kv_heads + kh) * L.row_tiles + rt) *
+                          L.splits + split;
+  if constexpr (kDecode) {
+    kv_lo = max(kv_lo, split * L.split_len);
+    kv_hi = min(kv_hi, (split + 1) * L.split_len);
+    if (kv_lo >= kv_hi) {  // this split lies past every row's keys: an empty partial
+      if (L.splits > 1 && threadIdx.x < kDecodeRows) L.part_lse[part * kDecodeRows + threadIdx.x] = -INFINITY;
+      return;
+    }
+  }
+  // Tiles start on a multiple of kTileKeys, so splits (multiples too) never share a tile.
+  const int t_begin = kv_lo / kTileKeys * kTileKeys;
+  const int n_tiles = (kv_hi - t_begin + kTileKeys - 1) / kTileKeys;
+
+  // ---- Q: F32 rows of the packed (token, head) pairs -> T in shared memory.
+  for (int i = threadIdx.x; i < kRows * kCh; i += kThreads) {
+    const int r = i / kCh, c = i % kCh;
+    const int row = row0 + r;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (row < n_rows) {
+      const int j = row / G, h = kh * G + row % G;
+      const float4* src = reinterpret_cast<const float4*>(
+          a.q + (static_cast<size_t>(q0 + j) * a.n_heads + h) * D + c * 8);
+      const float4 x0 = src[0], x1 = src[1];
+      val = make_uint4(pack2<T>(x0.x, x0.y), pack2<T>(x0.z, x0.w), pack2<T>(x1.x, x1.y),
+                       pack2<T>(x1.z, x1.w));
+    }
+    s_q[swz<D>(r, c)] = val;
+  }
+
+  // ---- K/V tile loader: thread owns chunk my_c of kPasses keys per tile. Block ids of the
+  // next tile are loaded one iteration ahead so the copy never waits on the table.
+  const int my_c = threadIdx.x % kCh, my_key = threadIdx.x / kCh;
+  const int32_t* bt = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+  const size_t slot_stride = static_cast<size_t>(a.n_kv_heads) * D;  // elements per cache slot
+  const T* k_base = static_cast<const T*>(a.k) + static_cast<size_t>(kh) * D + my_c * 8;
+  const T* v_base = static_cast<const T*>(a.v) + static_cast<size_t>(kh) * D + my_c * 8;
+  int ids[kPasses];
+  auto load_ids = [&](int tile) {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const int key = t_begin + tile * kTileKeys + ps * kKeysPerPass + my_key;
+      ids[ps] = key < kv_hi ? bt[key / a.block_size] : -1;
+    }
+  };
+  auto issue = [&](int tile, int stage) {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const int kt = ps * kKeysPerPass + my_key;  // key within the tile
+      const int key = t_begin + tile * kTileKeys + kt;
+      const bool valid = ids[ps] >= 0;  // keys past kv_hi become zeros (masked, never NaN)
+      const size_t slot =
+          valid ? static_cast<size_t>(ids[ps]) * a.block_size + key % a.block_size : 0;
+      const int off = (stage * kTileKeys) * kCh + swz<D>(kt, my_c);
+      cp_async_16(s_k + off, k_base + slot * slot_stride, valid);
+      cp_async_16(s_v + off, v_base + slot * slot_stride, valid);
+    }
+    cp_async_commit();
+  };
+  load_ids(0);
+  issue(0, 0);
+  if (n_tiles > 1) load_ids(1);
+  __syncthreads();  // Q tile written
+
+  // ---- Q fragments stay in registers for the whole key loop.
+  const int wrow0 = kDecode ? 0 : warp * 16;
+  uint32_t qa[kKs][4];
+#pragma unroll
+  for (int ks = 0; ks < kKs; ++ks)
+    ldmatrix_x4(qa[ks], s_q + swz<D>(wrow0 + (lane & 15), ks * 2 + (lane >> 4)));
+
+  float o[kNtO][4];
+#pragma unroll
+  for (int i = 0; i < kNtO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  // This lane's two rows (g and g + 8 of the warp's m16 tile) and their positions.
+  const int r_a = row0 + wrow0 + lane / 4, r_b = r_a + 8;
+  const int pos_a = pos_base + r_a / G, pos_b = pos_base + r_b / G;
+  const int warp_pos_min = pos_base + (row0 + wrow0) / G;
+  const int key_off = kDecode ? warp * 16 : 0;  // first key of this warp within a tile
+  const float qk_scale = a.scale;
+  const bool softcap = a.softcap > 0.0f;
+  const float inv_cap = softcap ? 1.0f / a.softcap : 0.0f;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
+    if (t + 1 < n_tiles) {
+      issue(t + 1, (t + 1) & 1);
+      if (t + 2 < n_tiles) load_ids(t + 2);
+    }
+    const uint4* k_s = s_k + (t & 1) * kTileKeys * kCh;
+    const uint4* v_s = s_v + (t & 1) * kTileKeys * kCh;
+    const int key0 = t_begin + t * kTileKeys + key_off;
+
+    // S = Q K^T for this warp's 16 rows x kWarpKeys keys.
+    float s[kNtS][4];
+#pragma unroll
+    for (int i = 0; i < kNtS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+#pragma unroll
+      for (int np = 0; np < kNtS / 2; ++np) {
+        uint32_t b[4];
+        const int kr = key_off + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(b, k_s + swz<D>(kr, ks * 2 + ((lane >> 3) & 1)));
+        mma_16816<T>(s[2 * np], qa[ks], b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], qa[ks], b[2], b[3]);
+      }
+    }
+    // Scale (and soft-cap) into the log2 domain; mask only tiles that reach past the
+    // warp's first row's position or start inside a sliding window's edge.
+    const bool need_mask = key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0;
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNtS; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * qk_scale;
+        if (softcap) x = a.softcap * tanhf(x * inv_cap);
+        x *= kLog2e;
+        if (need_mask) {
+          const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int pos = e < 2 ? pos_a : pos_b;
+          if (key > pos || (a.window > 0 && key <= pos - a.window)) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+    }
+    // A row lives in the 4 lanes of a quad.
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    // A row with every key masked so far keeps max -inf; subtract 0 then so exp2 gives 0,
+    // not NaN.
+    const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;
+    const float base_b = mn_b == -INFINITY ? 0.0f : mn_b;
+    const float c_a = exp2f(m_a - base_a), c_b = exp2f(m_b - base_b);
+    m_a = mn_a;
+    m_b = mn_b;
+    l_a *= c_a;
+    l_b *= c_b;
+#pragma unroll
+    for (int i = 0; i < kNtO; ++i) {
+      o[i][0] *= c_a;
+      o[i][1] *= c_a;
+      o[i][2] *= c_b;
+      o[i][3] *= c_b;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNtS; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - base_a);
+      s[nt][1] = exp2f(s[nt][1] - base_a);
+      s[nt][2] = exp2f(s[nt][2] - base_b);
+      s[nt][3] = exp2f(s[nt][3] - base_b);
+      l_a += s[nt][0] + s[nt][1];
+      l_b += s[nt][2] + s[nt][3];
+    }
+    // O += P V: the score C fragments of two n-tiles form one A fragment of P.
+#pragma unroll
+    for (int kk = 0; kk < kNtS / 2; ++kk) {
+      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
+                              pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const int vr = key_off + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_s + swz<D>(vr, dp * 2 + (lane >> 4)));
+        mma_16816<T>(o[2 * dp], pa, b[0], b[1]);
+        mma_16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+
+  // Row sums were kept per lane; complete them over the quad.
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+
+  if constexpr (!kDecode) {
+    const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
+    const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = half ? r_b : r_a;
+      if (r >= n_rows) continue;
+      const float inv = half ? inv_b : inv_a;
+      float* dst = a.out + (static_cast<size_t>(q0 + r / G) * a.n_heads + kh * G + r % G) * D +
+                   2 * (lane & 3);
+#pragma unroll
+      for (int nt = 0; nt < kNtO; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) =
+            make_float2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
+    }
+  } else {
+    // Merge the 4 warps' partial softmax states (each saw a quarter of every tile) through
+    // shared memory, reusing the K/V tiles (no copies are in flight after the last wait).
+    __syncthreads();
+    float* s_o = reinterpret_cast<float*>(s_k);     // [kWarps][16][D]
+    float* s_m = s_o + kWarps * kDecodeRows * D;    // [kWarps][16]
+    float* s_l = s_m + kWarps * kDecodeRows;        // [kWarps][16]
+    const int ra = lane / 4;
+#pragma unroll
+    for (int nt = 0; nt < kNtO; ++nt) {
+      const int d = nt * 8 + 2 * (lane & 3);
+      *reinterpret_cast<float2*>(s_o + (warp * kDecodeRows + ra) * D + d) = make_float2(o[nt][0], o[nt][1]);
+      *reinterpret_cast<float2*>(s_o + (warp * kDecodeRows + ra + 8) * D + d) = make_float2(o[nt][2], o[nt][3]);
+    }
+    if ((lane & 3) == 0) {
+      s_m[warp * kDecodeRows + ra] = m_a;
+      s_m[warp * kDecodeRows + ra + 8] = m_b;
+      s_l[warp * kDecodeRows + ra] = l_a;
+      s_l[warp * kDecodeRows + ra + 8] = l_b;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kDecodeRows * D; i += kThreads) {
+      const int r = i / D, d = i % D;
+      const int row = row0 + r;
+      if (row >= n_rows) continue;
+      float M = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w * kDecodeRows + r]);
+      float Lsum = 0.0f, acc = 0.0f;
+      if (M != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const float f = exp2f(s_m[w * kDecodeRows + r] - M);
+          Lsum += s_l[w * kDecodeRows + r] * f;
+          acc += s_o[(w * kDecodeRows + r) * D + d] * f;
+        }
+      }
+      const float val = Lsum > 0.0f ? acc / Lsum : 0.0f;
+      if (L.splits == 1) {
+        a.out[(static_cast<size_t>(q0 + row / G) * a.n_heads + kh * G + row % G) * D + d] = val;
+      } else {
+        L.part_o[(part * kDecodeRows + r) * D + d] = val;
+        if (d == 0) L.part_lse[part * kDecodeRows + r] = Lsum > 0.0f ? M + log2f(Lsum) : -INFINITY;
+      }
+    }
+  }
+}
+
+// Merges the decode splits of one (sequence, kv head, row tile): out = sum_s w_s O_s with
+// w_s = 2^(lse_s - LSE). Splits with lse -inf (empty) are skipped, never multiplied.
+__global__ void attn_merge_kernel(const Launch L) {
+  const PagedAttnArgs& a = L.a;
+  const int zi = blockIdx.z, kh = blockIdx.y, rt = blockIdx.x;
+  const int seq = a.seq_ids[zi];
+  const int q0 = a.query_start[seq];
+  const int n_rows = (a.query_start[seq + 1] - q0) * L.group;
+  const int row0 = rt * kDecodeRows;
+  const int D = a.head_dim;
+  const size_t part0 = ((static_cast<size_t>(zi) * a.n_kv_heads + kh) * L.row_tiles + rt) * L.splits;
+  for (int i = threadIdx.x; i < kDecodeRows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    const int row = row0 + r;
+    if (row >= n_rows) continue;
+    float M = -INFINITY;
+    for (int s = 0; s < L.splits; ++s) M = fmaxf(M, L.part_lse[(part0 + s) * kDecodeRows + r]);
+    float wsum = 0.0f, acc = 0.0f;
+    if (M != -INFINITY) {
+      for (int s = 0; s < L.splits; ++s) {
+        const float lse = L.part_lse[(part0 + s) * kDecodeRows + r];
+        if (lse == -INFINITY) continue;
+        const float w = exp2f(lse - M);
+        wsum += w;
+        acc += w * L.part_o[((part0 + s) * kDecodeRows + r) * D + d];
+      }
+    }
+    a.out[(static_cast<size_t>(q0 + row / L.group) * a.n_heads + kh * L.group + row % L.group) * D + d] =
+        wsum > 0.0f ? acc / wsum : 0.0f;
+  }
+}
+
+template <bool kDecode>
+size_t smem_bytes(int D) {
+  const int rows = kDecode ? kDecodeRows : kPrefillRows;
+  return static_cast<size_t>(rows + 4 * kTileKeys) * D * 2;
+}
+
+template <typename T, int D, bool kDecode>
+cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
+  auto kernel = paged_attn_mma_kernel<T, D, kDecode>;
+  const size_t smem = smem_bytes<kDecode>(D);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, kThreads, smem, stream>>>(L);
+  return cudaGetLastError();
+}
+
+template <typename T, bool kDecode>
+cudaError_t launch_mma_d(const Launch& L, dim3 grid, cudaStream_t stream) {
+  switch (L.a.head_dim) {
+    case 64: return launch_mma<T, 64, kDecode>(L, grid, stream);
+    case 128: return launch_mma<T, 128, kDecode>(L, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Split count for decode: enough blocks for several waves of ~3 resident blocks per SM, but
+// at least 4 tiles per split so the merge stays a small fraction of the traffic.
+void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* splits, int* split_len) {
+  const int group = a.n_heads / a.n_kv_heads;
+  *row_tiles = std::max(1, (a.max_new * group + kDecodeRows - 1) / kDecodeRows);
+  const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads * *row_tiles);
+  const int max_kv = std::max(1, a.max_kv);
+  const int max_splits = std::max(1, (max_kv + 4 * kTileKeys - 1) / (4 * kTileKeys));
+  int s = a.splits > 0 ? a.splits : (num_sms * 3 * 4 + base - 1) / base;
+  s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
+  const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
+  const int len = (tiles + s - 1) / s * kTileKeys;
+  *split_len = len;
+  *splits = (max_kv + len - 1) / len;
+}
+
+}  // namespace
+
+bool attention_mma_supported(DType kv_type, int head_dim) {
+  return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128);
+}
+
+AttnKernel attention_pick(const PagedAttnArgs& a) {
+  if (!attention_mma_supported(a.kv_type, a.head_dim)) return AttnKernel::Simple;
+  const int group = a.n_heads / a.n_kv_heads;
+  return a.max_new * group <= kDecodeRows ? AttnKernel::Decode : AttnKernel::Prefill;
+}
+
+size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
+  if (kind == AttnKernel::Auto) kind = attention_pick(a);
+  if (kind != AttnKernel::Decode) return 0;
+  int row_tiles, splits, split_len;
+  plan_decode(a, num_sms, &row_tiles, &splits, &split_len);
+  if (splits == 1) return 0;
+  const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * row_tiles * splits;
+  return parts * kDecodeRows * (static_cast<size_t>(a.head_dim) + 1) * sizeof(float);
+}
+
+cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void* workspace,
+                                   size_t workspace_bytes, int num_sms, cudaStream_t stream) {
+  if (a.n_launch_seqs == 0 || a.max_new == 0) return cudaSuccess;
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) return cudaErrorInvalidValue;
+  if (kind == AttnKernel::Auto) kind = attention_pick(a);
+  if (kind == AttnKernel::Simple) return launch_paged_attention_simple(a, stream);
+  if (!attention_mma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
+  Launch L;
+  L.a = a;
+  L.group = a.n_heads / a.n_kv_heads;
+  const bool bf16 = a.kv_type == DType::BF16;
+  if (kind == AttnKernel::Prefill) {
+    L.row_tiles = (a.max_new * L.group + kPrefillRows - 1) / kPrefillRows;
+    const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
+                    static_cast<unsigned>(a.n_launch_seqs));
+    return bf16 ? launch_mma_d<__nv_bfloat16, false>(L, grid, stream)
+                : launch_mma_d<__half, false>(L, grid, stream);
+  }
+  plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len);
+  if (L.splits > 1) {
+    if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return cudaErrorInvalidValue;
+    const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.row_tiles * L.splits;
+    L.part_o = static_cast<float*>(workspace);
+    L.part_lse = L.part_o + parts * kDecodeRows * a.head_dim;
+  }
+  const dim3 grid(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(a.n_kv_heads),
+                  static_cast<unsigned>(a.n_launch_seqs));
+  cudaError_t e = bf16 ? launch_mma_d<__nv_bfloat16, true>(L, grid, stream)
+                       : launch_mma_d<__half, true>(L, grid, stream);
+  if (e != cudaSuccess || L.splits == 1) return e;
+  const dim3 mgrid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
+                   static_cast<unsigned>(a.n_launch_seqs));
+  attn_merge_kernel<<<mgrid, 256, 0, stream>>>(L);
+  return cudaGetLastError();
+}
+
+}  // namespace ember::cuda

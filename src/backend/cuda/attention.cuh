@@ -1,0 +1,66 @@
+#pragma once
+// Causal attention over a paged K/V cache on the GPU.
+//
+// Three kernels share one argument struct:
+//  - Decode: tensor-core (mma.sync) kernel for few query rows per sequence. The query heads
+//    that share a K/V head are packed as rows of one 16-row tile (GQA head packing: the K/V
+//    of a head is read once for its whole group), the 4 warps of a block split each 64-key
+//    tile, and the key range of a sequence is split across blocks (Flash-Decoding); a second
+//    kernel merges the splits by their log-sum-exp.
+//  - Prefill: FlashAttention-2-style tiled kernel, 64 packed rows per block (16 per warp),
+//    64-key tiles streamed through shared memory with cp.async double buffering.
+//  - Simple: one warp per (token, head), any K/V dtype and head_dim <= 256; the fallback.
+// The tensor-core kernels take BF16 or F16 K/V with head_dim 64 or 128.
+#include "core/dtype.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cuda {
+
+enum class AttnKernel : int { Auto = 0, Decode = 1, Prefill = 2, Simple = 3 };
+
+struct PagedAttnArgs {
+  const float* q = nullptr;  // [n_tokens, n_heads, head_dim] F32
+  float* out = nullptr;      // [n_tokens, n_heads, head_dim] F32
+  const void* k = nullptr;   // [n_blocks, block_size, n_kv_heads, head_dim] kv_type
+  const void* v = nullptr;
+  DType kv_type = DType::BF16;
+  // Device arrays.
+  const int32_t* query_start = nullptr;   // [n_seqs + 1]
+  const int32_t* seq_lens = nullptr;      // [n_seqs]
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
+  const int32_t* seq_ids = nullptr;       // [n_launch_seqs] the sequences this launch covers
+  int n_launch_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int block_size = 16;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  float softcap = 0.0f;
+  int window = 0;
+  // Host-known maxima over the launched sequences (size the grid).
+  int max_new = 0;  // query tokens of one sequence
+  int max_kv = 0;   // seq_len
+  int splits = 0;   // decode: key-range splits; 0 picks from the GPU's size
+};
+
+bool attention_mma_supported(DType kv_type, int head_dim);
+bool attention_simple_supported(DType kv_type, int head_dim);
+
+// The kernel Auto resolves to for these arguments.
+AttnKernel attention_pick(const PagedAttnArgs& a);
+
+// Device scratch bytes launch_paged_attention needs (split partials), for that kernel.
+size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms);
+
+cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void* workspace,
+                                   size_t workspace_bytes, int num_sms, cudaStream_t stream);
+
+// The fallback kernel (attention_simple.cu).
+cudaError_t launch_paged_attention_simple(const PagedAttnArgs& a, cudaStream_t stream);
+
+}  // namespace ember::cuda

@@ -1,0 +1,231 @@
+// Per-element kernels. None of these is on the critical path of decode (the GEMVs and the
+// attention are), so they favour simple grid-stride loops over tuned tiles.
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/elementwise.cuh"
+
+#include <algorithm>
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int grid_for(int64_t n) {
+  // Enough blocks to fill the GPU many times over; grid-stride loops cover the rest.
+  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 4));
+}
+
+template <typename S, typename D>
+__global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = from_float<D>(to_float<S>(src[i]));
+}
+
+template <typename S>
+cudaError_t convert_from(const S* src, DType dst_type, void* dst, int64_t n, cudaStream_t st) {
+  const int g = grid_for(n);
+  switch (dst_type) {
+    case DType::F32: convert_kernel<<<g, kThreads, 0, st>>>(src, static_cast<float*>(dst), n); break;
+    case DType::F16: convert_kernel<<<g, kThreads, 0, st>>>(src, static_cast<__half*>(dst), n); break;
+    case DType::BF16:
+      convert_kernel<<<g, kThreads, 0, st>>>(src, static_cast<__nv_bfloat16*>(dst), n);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+// One block per row: sum of squares in f32, then the scaled write. Each thread reads every
+// element it later writes, so out may alias x.
+template <typename W>
+__global__ void rms_norm_kernel(const float* x, const W* __restrict__ w, float eps, float* out,
+                                int64_t d) {
+  const float* xr = x + blockIdx.x * d;
+  float* orow = out + blockIdx.x * d;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = warp_sum(ss);
+  __shared__ float partial[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = ss;
+  __syncthreads();
+  if (warp == 0) {
+    float v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
+    v = warp_sum(v);
+    if (lane == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * inv * to_float<W>(w[i]);
+}
+
+// One thread per rotated pair.
+__global__ void rope_kernel(float* x, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t n, int n_heads,
+                            int head_dim, int rotary_dim, bool neox, float factor) {
+  const int half = rotary_dim / 2;
+  const int64_t total = n * n_heads * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int i = static_cast<int>(idx % half);
+    const int64_t th = idx / half;  // token * n_heads + head
+    const int64_t t = th / n_heads;
+    float* v = x + th * head_dim;
+    const float theta = static_cast<float>(positions[t]) * inv_freq[i];
+    float sn, cs;
+    sincosf(theta, &sn, &cs);
+    cs *= factor;
+    sn *= factor;
+    const int i0 = neox ? i : 2 * i;
+    const int i1 = neox ? i + half : 2 * i + 1;
+    const float a = v[i0], b = v[i1];
+    v[i0] = a * cs - b * sn;
+    v[i1] = a * sn + b * cs;
+  }
+}
+
+__device__ __forceinline__ float act(float g, bool gelu_tanh) {
+  if (gelu_tanh) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.0f + expf(-g));
+}
+
+__global__ void glu_kernel(const float* gate, const float* up, bool gelu_tanh, float* out,
+                           int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = act(gate[i], gelu_tanh) * up[i];
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int64_t total,
+                                int64_t m) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] += bias[i % m];
+}
+
+// splitmix64 of (seed, i): independent uniform values without any state.
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+template <typename T>
+__global__ void fill_random_kernel(T* dst, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = from_float<T>(lo + (hi - lo) * hash_uniform(seed, static_cast<uint64_t>(i)));
+}
+
+}  // namespace
+
+cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void* dst, int64_t n,
+                           cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  switch (src_type) {
+    case DType::F32: return convert_from(static_cast<const float*>(src), dst_type, dst, n, stream);
+    case DType::F16: return convert_from(static_cast<const __half*>(src), dst_type, dst, n, stream);
+    case DType::BF16:
+      return convert_from(static_cast<const __nv_bfloat16*>(src), dst_type, dst, n, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
+                            int64_t rows, int64_t d, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  // Small rows (per-head q/k norms) get one warp's worth of threads, model-width rows more.
+  const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
+  const auto grid = static_cast<unsigned>(rows);
+  if (w_type == DType::F32)
+    rms_norm_kernel<<<grid, threads, 0, stream>>>(x, static_cast<const float*>(w), eps, out, d);
+  else if (w_type == DType::BF16)
+    rms_norm_kernel<<<grid, threads, 0, stream>>>(x, static_cast<const __nv_bfloat16*>(w), eps,
+                                                  out, d);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n,
+                        int n_heads, int head_dim, int rotary_dim, bool neox,
+                        float attention_factor, cudaStream_t stream) {
+  const int64_t total = n * n_heads * (rotary_dim / 2);
+  if (total == 0) return cudaSuccess;
+  rope_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, positions, inv_freq, n, n_heads,
+                                                        head_dim, rotary_dim, neox,
+                                                        attention_factor);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t n,
+                       cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  glu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, gelu_tanh, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_bias(float* out, const float* bias, int64_t rows, int64_t m,
+                            cudaStream_t stream) {
+  const int64_t total = rows * m;
+  if (total == 0) return cudaSuccess;
+  add_bias_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, bias, total, m);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_bytes(void* dst, uint8_t value, size_t n, cudaStream_t stream) {
+  return cudaMemsetAsync(dst, value, n, stream);
+}
+
+cudaError_t launch_fill_random(DType type, void* dst, int64_t n, uint64_t seed, float lo,
+                               float hi, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int g = grid_for(n);
+  switch (type) {
+    case DType::F32:
+      fill_random_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst), n, seed, lo, hi);
+      break;
+    case DType::F16:
+      fill_random_kernel<<<g, kThreads, 0, stream>>>(static_cast<__half*>(dst), n, seed, lo, hi);
+      break;
+    case DType::BF16:
+      fill_random_kernel<<<g, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), n, seed,
+                                                     lo, hi);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,50 @@
+#pragma once
+// Launchers of the small per-element CUDA kernels: dtype conversion, RMSNorm, RoPE, GLU, add,
+// scale, bias. Plain C++ declarations so host code built by g++ can call them. Each returns
+// the launch's error (cudaGetLastError), which the caller checks.
+#include "core/dtype.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ember::cuda {
+
+// dst[i] = src[i] converted; src_type, dst_type in {F32, F16, BF16}.
+cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void* dst, int64_t n,
+                           cudaStream_t stream);
+
+// out = x / sqrt(mean(x^2) + eps) * w per row.   x, out [rows, d] F32 (may alias);
+// w [d] F32 or BF16.
+cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
+                            int64_t rows, int64_t d, cudaStream_t stream);
+
+// Rotates x in place.   x [n, n_heads, head_dim] F32; positions [n] and inv_freq
+// [rotary_dim / 2] in device memory.
+cudaError_t launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n,
+                        int n_heads, int head_dim, int rotary_dim, bool neox,
+                        float attention_factor, cudaStream_t stream);
+
+// out = act(gate) * up, act silu or gelu-tanh.   all [n] F32; out may alias gate.
+cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t n,
+                       cudaStream_t stream);
+
+// out = a + b.   all [n] F32; out may alias a or b.
+cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+
+// x *= s.   x [n] F32.
+cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
+
+// out[r, :] += bias.   out [rows, m] F32, bias [m] F32.
+cudaError_t launch_add_bias(float* out, const float* bias, int64_t rows, int64_t m,
+                            cudaStream_t stream);
+
+// Fills n bytes with a byte value (tests poison outputs with 0xff: NaN in F32 / BF16).
+cudaError_t launch_fill_bytes(void* dst, uint8_t value, size_t n, cudaStream_t stream);
+
+// Fills x [n] with uniform values in [lo, hi) from a counter-based hash of (seed, i), for
+// benchmarks that need gigabytes of random data without a host upload. dst F32/F16/BF16.
+cudaError_t launch_fill_random(DType type, void* dst, int64_t n, uint64_t seed, float lo,
+                               float hi, cudaStream_t stream);
+
+}  // namespace ember::cuda

@@ -1,0 +1,44 @@
+#pragma once
+// Dense GEMM through cuBLASLt: out [n, m] F32 = x [n, k] @ w [m, k]^T, inputs BF16 (tensor
+// cores, F32 accumulation) or F32 (full F32, no TF32). Plans (layouts + the heuristic's
+// algorithm) are cached per shape, since a model issues a handful of shapes many times.
+#include "core/dtype.h"
+#include "core/status.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+namespace ember::cuda {
+
+class LtGemm {
+ public:
+  static Result<std::unique_ptr<LtGemm>> create();
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // type: BF16 or F32 (the dtype of both x and w). workspace: device scratch of ws_bytes.
+  Status matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
+                int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, size_t>;
+  LtGemm() = default;
+  Result<Plan*> plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes);
+  static void destroy(Plan& p);
+
+  cublasLtHandle_t handle_ = nullptr;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace ember::cuda

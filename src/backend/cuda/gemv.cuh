@@ -1,0 +1,30 @@
+#pragma once
+// Memory-bound matrix-vector products for small batches (decode): each weight byte is read
+// once, with 16-byte streaming loads and several loads in flight per thread.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ember::cuda {
+
+// Tiling variants (rows per warp x 16-byte loads in flight per row per lane). Benchmarks time
+// them all; the backend uses kGemvDefaultVariant.
+struct GemvVariant {
+  int rows_per_warp;
+  int unroll;
+};
+constexpr int kGemvNumVariants = 4;
+constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4}, {2, 8}};
+constexpr int kGemvDefaultVariant = 1;
+constexpr int kGemvMaxBatch = 4;
+
+// True when launch_gemv_bf16 handles this problem: n <= kGemvMaxBatch, k % 8 == 0, and
+// 16-byte aligned x and w.
+bool gemv_supported(int n, int64_t k, const void* x, const void* w);
+
+// out[j, r] = sum_i x[j, i] * w[r, i] (+ bias[r]).
+//   w [m, k] BF16, x [n, k] F32, bias [m] F32 or null, out [n, m] F32.
+cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, float* out, int n,
+                             int64_t m, int64_t k, int variant, cudaStream_t stream);
+
+}  // namespace ember::cuda
