@@ -136,15 +136,19 @@ MODELS: dict[str, dict] = {
 # produce other bytes, which is reported as a warning, not an error.
 DERIVED: dict[str, dict] = {
     "gemma3-270m-q4_0": {"from": "gemma3-270m-q4_k_m", "qtype": "Q4_0",
-                         "file": "gemma-3-270m-q4_0.gguf", "sha256": None},
+                         "file": "gemma-3-270m-q4_0.gguf", "size": 241408704,
+                         "sha256": "8b90dc09855b7fc6fe7d3bec8afbe0e27541fa3ed72eb0b3b2ea0e56f3b47d88"},
     "gemma3-270m-q8_0": {"from": "gemma3-270m-q4_k_m", "qtype": "Q8_0",
-                         "file": "gemma-3-270m-q8_0.gguf", "sha256": None},
+                         "file": "gemma-3-270m-q8_0.gguf", "size": 291543744,
+                         "sha256": "d3d21138dcca83884e329b4cd6939b905c15e06022a930ce13d6db4d9e67290a"},
     "qwen2.5-coder-0.5b-instruct-q4_0": {"from": "qwen2.5-coder-0.5b-instruct-q4_k_m",
-                                         "qtype": "Q4_0", "sha256": None,
-                                         "file": "qwen2.5-coder-0.5b-instruct-q4_0.gguf"},
+                                         "qtype": "Q4_0", "size": 428730240,
+                                         "file": "qwen2.5-coder-0.5b-instruct-q4_0.gguf",
+                                         "sha256": "564996f7f21038c04b9e3e54e1e0324622780cfe0bc8508fe5ef938cb0052a37"},
     "qwen2.5-coder-0.5b-instruct-q8_0": {"from": "qwen2.5-coder-0.5b-instruct-q4_k_m",
-                                         "qtype": "Q8_0", "sha256": None,
-                                         "file": "qwen2.5-coder-0.5b-instruct-q8_0.gguf"},
+                                         "qtype": "Q8_0", "size": 675710848,
+                                         "file": "qwen2.5-coder-0.5b-instruct-q8_0.gguf",
+                                         "sha256": "45de1f1813d2f6b5045d551a12f7a976820881f3a9f3354864597c2a613563e3"},
 }
 for _name, _d in DERIVED.items():
     _d.setdefault("default", False)
@@ -294,7 +298,8 @@ def make_derived(name: str, d: dict, root: Path, full_verify: bool, keep_wheels:
     bins = llama_bin_dir(build=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    cmd = [str(bins / "llama-quantize"), "--allow-requantize", str(src), str(tmp), d["qtype"]]
+    cmd = [str(bins / "llama-quantize"), "--allow-requantize", str(src), str(tmp), d["qtype"],
+           str(os.cpu_count() or 1)]
     log("running " + " ".join(cmd))
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     os.replace(tmp, out)
