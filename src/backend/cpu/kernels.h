@@ -51,9 +51,36 @@ int weight_kind_index(DType t);
 
 using QuantizeActFn = void (*)(const float* x, uint8_t* row, int64_t k);
 
+// ---- Panel GEMM (many activation rows) ---------------------------------------------------
+// Activations: panels of 16 rows; within a panel the quantized values are interleaved by
+// groups of 4 (byte [g][row][t] = q[row][4g + t] + 128, so one 64-byte vector holds 4 values
+// of each of 16 rows), plus per weight group (G elements) the activation scale da and
+// da * sum(q) of each row.
+// Weights: each column (weight row) decoded once per call to int8 values w8 (weight =
+// scale * w8 + minv per group of G) and -128 * sum(w8) per group (cancels the +128).
+constexpr int kGemmPanelRows = 16;
+struct GemmPanel {
+  const uint8_t* qu = nullptr;  // [k / 4][16][4]
+  const float* da = nullptr;    // [k / G][16]
+  const float* dsum = nullptr;  // [k / G][16] (formats with mins only)
+};
+// Layout of one decoded column: int8 w8[k]; float scale[k/G]; float minv[k/G]; int32 corr[k/G].
+size_t gemm_col_bytes(int64_t k, int group);
+using DecodeColFn = void (*)(const uint8_t* wrow, int64_t k, uint8_t* col);
+// out[row, c] (row < valid_rows, c < nc) for one panel against nc decoded columns.
+using GemmMicroFn = void (*)(const GemmPanel& ap, const uint8_t* cols, size_t col_stride, int nc, int64_t k,
+                             float* out, int64_t out_stride, int valid_rows);
+struct GemmKernel {
+  int group = 0;          // G: 16 or 32
+  bool has_min = false;   // weights carry a per-group offset (minv)
+  DecodeColFn decode = nullptr;
+  GemmMicroFn micro = nullptr;
+};
+
 struct KernelTable {
   Isa isa = Isa::Scalar;
   MatmulKernel matmul[static_cast<int>(WeightKind::Count)];
+  GemmKernel gemm[static_cast<int>(WeightKind::Count)];  // empty where the ISA has none
   QuantizeActFn quantize_q8_32 = nullptr;
   QuantizeActFn quantize_q8_k = nullptr;
   // Vector helpers (attention, norms).

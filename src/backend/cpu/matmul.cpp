@@ -8,6 +8,7 @@
 //    its own rows and then runs the blocked kernel over all weights. Compute dominates here,
 //    and the weights are re-read from cache per row block rather than from memory per row.
 #include "backend/cpu/context.h"
+#include "backend/cpu/matmul_gemm.h"
 
 #include <algorithm>
 
@@ -19,6 +20,7 @@ constexpr int64_t kSplitRowsThreshold = 64;  // n at which threads split activat
 constexpr int64_t kRowBlock = 64;             // activation rows per cache block
 constexpr int64_t kColBlock = 512;            // weight rows per cache block (many-row case)
 constexpr int64_t kMinParallelWork = 1 << 16; // n * m * k below this runs on one thread
+constexpr int64_t kGemmMinRows = 8;            // n from which the panel GEMM beats row tiles
 
 void add_bias(float* out, int64_t out_stride, const float* bias, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   for (int64_t r = r0; r < r1; ++r)
@@ -68,6 +70,12 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
   if (n == 0 || m == 0) return;
 
   const MatmulKernel& kern = ctx.kt.matmul[idx];
+  const GemmKernel& gk = ctx.kt.gemm[idx];
+  if (gk.decode && n >= kGemmMinRows) {
+    run_panel_gemm(ctx, gk, kern.act, x.as<float>(), n, k, static_cast<const uint8_t*>(w.data), w.row_bytes(), m,
+                   out.as<float>(), pbias);
+    return;
+  }
   MatmulProblem p;
   p.k = k;
   p.w = static_cast<const uint8_t*>(w.data);

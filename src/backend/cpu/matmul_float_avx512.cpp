@@ -1,4 +1,4 @@
-// F32 / F16 / BF16 weight matmul kernels compiled for avx512.
+// F32 / F16 / BF16 weight matmul kernels compiled for avx512 (see matmul_float_impl.inc).
 #include "backend/cpu/kernels.h"
 
 #include <immintrin.h>
@@ -6,7 +6,15 @@
 #include <cstdint>
 
 namespace ember::cpu {
+namespace avx512 {
+namespace {
+#define EMBER_VNNI 1
+#include "backend/cpu/simd_common.inc"
+#include "backend/cpu/matmul_float_impl.inc"
+#undef EMBER_VNNI
+}  // namespace
+}  // namespace avx512
 
-void register_avx512_matmul_float(KernelTable& kt) { (void)kt; }
+void register_avx512_matmul_float(KernelTable& kt) { avx512::register_float_matmul(kt); }
 
 }  // namespace ember::cpu

@@ -13,10 +13,14 @@ namespace {
 #define EMBER_VNNI 1
 #include "backend/cpu/simd_common.inc"
 #include "backend/cpu/matmul_quant_impl.inc"
+#include "backend/cpu/matmul_gemm_avx512.inc"
 #undef EMBER_VNNI
 }  // namespace
 }  // namespace avx512
 
-void register_avx512_matmul_quant(KernelTable& kt) { avx512::register_quant_matmul(kt); }
+void register_avx512_matmul_quant(KernelTable& kt) {
+  avx512::register_quant_matmul(kt);
+  avx512::register_gemm(kt);
+}
 
 }  // namespace ember::cpu

@@ -11,12 +11,13 @@ namespace ember::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;     // keys per shared-memory tile
 constexpr int kDecodeRows = 16;   // packed query rows per decode block (one m16 tile)
-constexpr int kPrefillRows = 64;  // packed query rows per prefill block (16 per warp)
+constexpr int kDecodeWarps = 4;   // decode: the warps split each key tile
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kDefaultDecodeStages = 3;
+constexpr int kDefaultPrefillWarps = 4;
+constexpr int kDefaultPrefillStages = 3;
 
 struct Launch {
   PagedAttnArgs a;
@@ -35,9 +36,11 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * (D / 8) + (chunk ^ (row & 7));
 }
 
-template <typename T, int D, bool kDecode>
-__global__ void __launch_bounds__(kThreads) paged_attn_mma_kernel(const Launch L) {
-  constexpr int kRows = kDecode ? kDecodeRows : kPrefillRows;
+// kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
+template <typename T, int D, bool kDecode, int kWarps, int kStages>
+__global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launch L) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kRows = kDecode ? kDecodeRows : 16 * kWarps;
   constexpr int kCh = D / 8;                  // 16-byte chunks per row
   constexpr int kWarpKeys = kDecode ? 16 : kTileKeys;  // keys of a tile one warp handles
   constexpr int kNtS = kWarpKeys / 8;         // score n-tiles per warp
@@ -45,13 +48,14 @@ __global__ void __launch_bounds__(kThreads) paged_attn_mma_kernel(const Launch L
   constexpr int kKs = D / 16;                 // k-steps of Q K^T
   constexpr int kKeysPerPass = kThreads / kCh;
   constexpr int kPasses = kTileKeys / kKeysPerPass;
-  static_assert(kTileKeys % kKeysPerPass == 0 && kCh >= 8);
+  static_assert(kTileKeys % kKeysPerPass == 0 && kCh >= 8 && kStages >= 2);
+  static_assert(!kDecode || kWarps == kDecodeWarps);
 
   const PagedAttnArgs& a = L.a;
   extern __shared__ uint4 smem[];
   uint4* s_q = smem;                         // [kRows][kCh]
-  uint4* s_k = s_q + kRows * kCh;            // [2][kTileKeys][kCh]
-  uint4* s_v = s_k + 2 * kTileKeys * kCh;    // [2][kTileKeys][kCh]
+  uint4* s_k = s_q + kRows * kCh;                  // [kStages][kTileKeys][kCh]
+  uint4* s_v = s_k + kStages * kTileKeys * kCh;    // [kStages][kTileKeys][kCh]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int zi = blockIdx.z;
@@ -107,38 +111,67 @@ __global__ void __launch_bounds__(kThreads) paged_attn_mma_kernel(const Launch L
     s_q[swz<D>(r, c)] = val;
   }
 
-  // ---- K/V tile loader: thread owns chunk my_c of kPasses keys per tile. Block ids of the
-  // next tile are loaded one iteration ahead so the copy never waits on the table.
+  // ---- K/V tile loader: thread owns chunk my_c of kPasses keys per tile. Cache slots are
+  // found without divisions in the loop: (tile start) / block_size is carried from tile to
+  // tile, and each thread's in-tile offsets are divided once. Block ids of a tile are loaded
+  // one iteration before its copy is issued, so the copy never waits on the table.
   const int my_c = threadIdx.x % kCh, my_key = threadIdx.x / kCh;
+  const int bs = a.block_size;
   const int32_t* bt = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
   const size_t slot_stride = static_cast<size_t>(a.n_kv_heads) * D;  // elements per cache slot
   const T* k_base = static_cast<const T*>(a.k) + static_cast<size_t>(kh) * D + my_c * 8;
   const T* v_base = static_cast<const T*>(a.v) + static_cast<size_t>(kh) * D + my_c * 8;
-  int ids[kPasses];
-  auto load_ids = [&](int tile) {
+  int kq[kPasses], kr[kPasses];  // in-tile key offset of each pass, divided by block size
+#pragma unroll
+  for (int ps = 0; ps < kPasses; ++ps) {
+    kq[ps] = (ps * kKeysPerPass + my_key) / bs;
+    kr[ps] = (ps * kKeysPerPass + my_key) % bs;
+  }
+  const int step_q = kTileKeys / bs, step_r = kTileKeys % bs;
+  int next_tile = 0, tq = t_begin / bs, tr = t_begin % bs;  // tile whose ids load_ids reads next
+  int blk[kPasses], off[kPasses];  // block id (-1: past kv_hi) and slot offset of each pass
+  auto load_ids = [&]() {
+    const int t0 = t_begin + next_tile * kTileKeys;
 #pragma unroll
     for (int ps = 0; ps < kPasses; ++ps) {
-      const int key = t_begin + tile * kTileKeys + ps * kKeysPerPass + my_key;
-      ids[ps] = key < kv_hi ? bt[key / a.block_size] : -1;
+      int q = tq + kq[ps], r = tr + kr[ps];
+      if (r >= bs) {
+        r -= bs;
+        ++q;
+      }
+      off[ps] = r;
+      blk[ps] = t0 + ps * kKeysPerPass + my_key < kv_hi ? bt[q] : -1;
+    }
+    ++next_tile;
+    tq += step_q;
+    tr += step_r;
+    if (tr >= bs) {
+      tr -= bs;
+      ++tq;
     }
   };
-  auto issue = [&](int tile, int stage) {
+  auto issue = [&](int stage) {
 #pragma unroll
     for (int ps = 0; ps < kPasses; ++ps) {
       const int kt = ps * kKeysPerPass + my_key;  // key within the tile
-      const int key = t_begin + tile * kTileKeys + kt;
-      const bool valid = ids[ps] >= 0;  // keys past kv_hi become zeros (masked, never NaN)
-      const size_t slot =
-          valid ? static_cast<size_t>(ids[ps]) * a.block_size + key % a.block_size : 0;
-      const int off = (stage * kTileKeys) * kCh + swz<D>(kt, my_c);
-      cp_async_16(s_k + off, k_base + slot * slot_stride, valid);
-      cp_async_16(s_v + off, v_base + slot * slot_stride, valid);
+      const bool valid = blk[ps] >= 0;  // keys past kv_hi become zeros (masked, never NaN)
+      const size_t slot = valid ? static_cast<size_t>(blk[ps]) * bs + off[ps] : 0;
+      const int o = stage * kTileKeys * kCh + swz<D>(kt, my_c);
+      cp_async_16(s_k + o, k_base + slot * slot_stride, valid);
+      cp_async_16(s_v + o, v_base + slot * slot_stride, valid);
+    }
+  };
+  // Prologue: tiles 0 .. kStages - 2 in flight, one commit group each (empty past the end,
+  // so that the group count per iteration stays uniform for cp.async.wait_group).
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_tiles) {
+      load_ids();
+      issue(st);
     }
     cp_async_commit();
-  };
-  load_ids(0);
-  issue(0, 0);
-  if (n_tiles > 1) load_ids(1);
+  }
+  if (kStages - 1 < n_tiles) load_ids();
   __syncthreads();  // Q tile written
 
   // ---- Q fragments stay in registers for the whole key loop.
@@ -161,15 +194,19 @@ __global__ void __launch_bounds__(kThreads) paged_attn_mma_kernel(const Launch L
   const bool softcap = a.softcap > 0.0f;
   const float inv_cap = softcap ? 1.0f / a.softcap : 0.0f;
 
+  int stage = 0, issue_stage = kStages - 1;
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<0>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
-    if (t + 1 < n_tiles) {
-      issue(t + 1, (t + 1) & 1);
-      if (t + 2 < n_tiles) load_ids(t + 2);
+    if (t + kStages - 1 < n_tiles) {
+      issue(issue_stage);  // into the stage tile t - 1 used
+      if (t + kStages < n_tiles) load_ids();
     }
-    const uint4* k_s = s_k + (t & 1) * kTileKeys * kCh;
-    const uint4* v_s = s_v + (t & 1) * kTileKeys * kCh;
+    cp_async_commit();
+    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
+    const uint4* k_s = s_k + stage * kTileKeys * kCh;
+    const uint4* v_s = s_v + stage * kTileKeys * kCh;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
     const int key0 = t_begin + t * kTileKeys + key_off;
 
     // S = Q K^T for this warp's 16 rows x kWarpKeys keys.
@@ -280,7 +317,8 @@ __global__ void __launch_bounds__(kThreads) paged_attn_mma_kernel(const Launch L
     }
   } else {
     // Merge the 4 warps' partial softmax states (each saw a quarter of every tile) through
-    // shared memory, reusing the K/V tiles (no copies are in flight after the last wait).
+    // shared memory, reusing the K/V tiles once no copy is in flight.
+    cp_async_wait<0>();
     __syncthreads();
     float* s_o = reinterpret_cast<float*>(s_k);     // [kWarps][16][D]
     float* s_m = s_o + kWarps * kDecodeRows * D;    // [kWarps][16]
@@ -358,28 +396,49 @@ __global__ void attn_merge_kernel(const Launch L) {
   }
 }
 
-template <bool kDecode>
-size_t smem_bytes(int D) {
-  const int rows = kDecode ? kDecodeRows : kPrefillRows;
-  return static_cast<size_t>(rows + 4 * kTileKeys) * D * 2;
+size_t smem_bytes(int rows, int stages, int D) {
+  return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
 }
 
-template <typename T, int D, bool kDecode>
+template <typename T, int D, bool kDecode, int kWarps, int kStages>
 cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  auto kernel = paged_attn_mma_kernel<T, D, kDecode>;
-  const size_t smem = smem_bytes<kDecode>(D);
+  auto kernel = paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages>;
+  const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D);
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  kernel<<<grid, kThreads, smem, stream>>>(L);
+  kernel<<<grid, kWarps * 32, smem, stream>>>(L);
   return cudaGetLastError();
 }
 
-template <typename T, bool kDecode>
-cudaError_t launch_mma_d(const Launch& L, dim3 grid, cudaStream_t stream) {
+template <typename T, int D>
+cudaError_t launch_mma_cfg(const Launch& L, bool decode, int warps, int stages, dim3 grid,
+                           cudaStream_t stream) {
+  if (decode) {
+    switch (stages) {
+      case 2: return launch_mma<T, D, true, kDecodeWarps, 2>(L, grid, stream);
+      case 3: return launch_mma<T, D, true, kDecodeWarps, 3>(L, grid, stream);
+      case 4: return launch_mma<T, D, true, kDecodeWarps, 4>(L, grid, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  if (warps == 4 && stages == 2) return launch_mma<T, D, false, 4, 2>(L, grid, stream);
+  if (warps == 4 && stages == 3) return launch_mma<T, D, false, 4, 3>(L, grid, stream);
+  if (warps == 8 && stages == 2) return launch_mma<T, D, false, 8, 2>(L, grid, stream);
+  if (warps == 8 && stages == 3) return launch_mma<T, D, false, 8, 3>(L, grid, stream);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, dim3 grid,
+                           cudaStream_t stream) {
+  const bool bf16 = L.a.kv_type == DType::BF16;
   switch (L.a.head_dim) {
-    case 64: return launch_mma<T, 64, kDecode>(L, grid, stream);
-    case 128: return launch_mma<T, 128, kDecode>(L, grid, stream);
+    case 64:
+      return bf16 ? launch_mma_cfg<__nv_bfloat16, 64>(L, decode, warps, stages, grid, stream)
+                  : launch_mma_cfg<__half, 64>(L, decode, warps, stages, grid, stream);
+    case 128:
+      return bf16 ? launch_mma_cfg<__nv_bfloat16, 128>(L, decode, warps, stages, grid, stream)
+                  : launch_mma_cfg<__half, 128>(L, decode, warps, stages, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -432,13 +491,13 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   Launch L;
   L.a = a;
   L.group = a.n_heads / a.n_kv_heads;
-  const bool bf16 = a.kv_type == DType::BF16;
   if (kind == AttnKernel::Prefill) {
-    L.row_tiles = (a.max_new * L.group + kPrefillRows - 1) / kPrefillRows;
+    const int warps = a.prefill_warps ? a.prefill_warps : kDefaultPrefillWarps;
+    const int stages = a.stages ? a.stages : kDefaultPrefillStages;
+    L.row_tiles = (a.max_new * L.group + 16 * warps - 1) / (16 * warps);
     const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                     static_cast<unsigned>(a.n_launch_seqs));
-    return bf16 ? launch_mma_d<__nv_bfloat16, false>(L, grid, stream)
-                : launch_mma_d<__half, false>(L, grid, stream);
+    return launch_mma_any(L, false, warps, stages, grid, stream);
   }
   plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len);
   if (L.splits > 1) {
@@ -449,8 +508,8 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   }
   const dim3 grid(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(a.n_launch_seqs));
-  cudaError_t e = bf16 ? launch_mma_d<__nv_bfloat16, true>(L, grid, stream)
-                       : launch_mma_d<__half, true>(L, grid, stream);
+  cudaError_t e = launch_mma_any(L, true, kDecodeWarps, a.stages ? a.stages : kDefaultDecodeStages,
+                                 grid, stream);
   if (e != cudaSuccess || L.splits == 1) return e;
   const dim3 mgrid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                    static_cast<unsigned>(a.n_launch_seqs));

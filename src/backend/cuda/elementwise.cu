@@ -120,6 +120,12 @@ __global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int6
     out[i] += bias[i % m];
 }
 
+__global__ void copy16_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = src[i];
+}
+
 // splitmix64 of (seed, i): independent uniform values without any state.
 __device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
   uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
@@ -201,6 +207,14 @@ cudaError_t launch_add_bias(float* out, const float* bias, int64_t rows, int64_t
   const int64_t total = rows * m;
   if (total == 0) return cudaSuccess;
   add_bias_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, bias, total, m);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy16(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  const auto n = static_cast<int64_t>(bytes / 16);
+  if (n == 0) return cudaSuccess;
+  copy16_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<uint4*>(dst),
+                                                      static_cast<const uint4*>(src), n);
   return cudaGetLastError();
 }
 

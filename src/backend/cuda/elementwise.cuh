@@ -39,6 +39,10 @@ cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 cudaError_t launch_add_bias(float* out, const float* bias, int64_t rows, int64_t m,
                             cudaStream_t stream);
 
+// dst = src for bytes (a multiple of 16, both 16-byte aligned) with SM loads and stores: the
+// device-to-device bandwidth ceiling that benchmarks report beside their kernels.
+cudaError_t launch_copy16(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 // Fills n bytes with a byte value (tests poison outputs with 0xff: NaN in F32 / BF16).
 cudaError_t launch_fill_bytes(void* dst, uint8_t value, size_t n, cudaStream_t stream);
 

@@ -2,7 +2,9 @@
 // of those rows with U chunks per row in flight before the first use, so a warp keeps
 // R * U * 512 bytes of weight loads outstanding; x (F32, at most 4 * k * 4 bytes) is read
 // through L1, where every warp of the SM finds it. The grid has one task per warp (no
-// persistent loop): tasks are short, so the block scheduler balances the tail.
+// persistent loop): tasks are short, so the block scheduler balances the tail. With
+// programmatic dependent launch the next kernel's blocks start (and stream their first
+// weights) while this one drains, which hides most of the per-kernel ramp of a decode step.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
 
@@ -47,8 +49,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int j = 0; j < N; ++j) acc[r][j] = 0.0f;
 
-  for (int64_t base = lane; base < k8; base += 32 * U) {
-    uint4 wv[R][U];
+  // The first loads touch only weights, so under programmatic dependent launch they are
+  // issued while the previous kernel (the producer of x) drains; x is read after the wait.
+  uint4 wv[R][U];
+  auto load = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = base + u * 32;
@@ -56,6 +60,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < R; ++r)
         wv[r][u] = idx < k8 ? load_stream_16(wr[r] + idx) : make_uint4(0, 0, 0, 0);
     }
+  };
+  load(lane);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // no-op without a dependency
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  for (int64_t base = lane; base < k8; base += 32 * U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = base + u * 32;
@@ -69,6 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
+    if (base + 32 * U < k8) load(base + 32 * U);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -81,26 +91,34 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <int N, int R, int U>
 cudaError_t launch(const void* w, const float* x, const float* bias, float* out, int64_t m,
-                   int64_t k, cudaStream_t stream) {
+                   int64_t k, bool pdl, cudaStream_t stream) {
   const int64_t tasks = (m + R - 1) / R;
-  const auto grid = static_cast<unsigned>((tasks + kWarps - 1) / kWarps);
-  gemv_bf16_kernel<N, R, U><<<grid, kWarps * 32, 0, stream>>>(
-      static_cast<const uint16_t*>(w), x, bias, out, m, k);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((tasks + kWarps - 1) / kWarps));
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_bf16_kernel<N, R, U>,
+                                           static_cast<const uint16_t*>(w), x, bias, out, m, k);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <int N>
 cudaError_t launch_n(int variant, const void* w, const float* x, const float* bias, float* out,
-                     int64_t m, int64_t k, cudaStream_t stream) {
+                     int64_t m, int64_t k, bool pdl, cudaStream_t stream) {
   static_assert(kGemvVariants[0].rows_per_warp == 1 && kGemvVariants[0].unroll == 8);
   static_assert(kGemvVariants[1].rows_per_warp == 2 && kGemvVariants[1].unroll == 4);
   static_assert(kGemvVariants[2].rows_per_warp == 4 && kGemvVariants[2].unroll == 4);
   static_assert(kGemvVariants[3].rows_per_warp == 2 && kGemvVariants[3].unroll == 8);
   switch (variant) {
-    case 0: return launch<N, 1, 8>(w, x, bias, out, m, k, stream);
-    case 1: return launch<N, 2, 4>(w, x, bias, out, m, k, stream);
-    case 2: return launch<N, 4, 4>(w, x, bias, out, m, k, stream);
-    case 3: return launch<N, 2, 8>(w, x, bias, out, m, k, stream);
+    case 0: return launch<N, 1, 8>(w, x, bias, out, m, k, pdl, stream);
+    case 1: return launch<N, 2, 4>(w, x, bias, out, m, k, pdl, stream);
+    case 2: return launch<N, 4, 4>(w, x, bias, out, m, k, pdl, stream);
+    case 3: return launch<N, 2, 8>(w, x, bias, out, m, k, pdl, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -113,13 +131,13 @@ bool gemv_supported(int n, int64_t k, const void* x, const void* w) {
 }
 
 cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, float* out, int n,
-                             int64_t m, int64_t k, int variant, cudaStream_t stream) {
+                             int64_t m, int64_t k, int variant, bool pdl, cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
   switch (n) {
-    case 1: return launch_n<1>(variant, w, x, bias, out, m, k, stream);
-    case 2: return launch_n<2>(variant, w, x, bias, out, m, k, stream);
-    case 3: return launch_n<3>(variant, w, x, bias, out, m, k, stream);
-    case 4: return launch_n<4>(variant, w, x, bias, out, m, k, stream);
+    case 1: return launch_n<1>(variant, w, x, bias, out, m, k, pdl, stream);
+    case 2: return launch_n<2>(variant, w, x, bias, out, m, k, pdl, stream);
+    case 3: return launch_n<3>(variant, w, x, bias, out, m, k, pdl, stream);
+    case 4: return launch_n<4>(variant, w, x, bias, out, m, k, pdl, stream);
     default: return cudaErrorInvalidValue;
   }
 }

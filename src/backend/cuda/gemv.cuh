@@ -24,7 +24,9 @@ bool gemv_supported(int n, int64_t k, const void* x, const void* w);
 
 // out[j, r] = sum_i x[j, i] * w[r, i] (+ bias[r]).
 //   w [m, k] BF16, x [n, k] F32, bias [m] F32 or null, out [n, m] F32.
+// pdl: launch as a programmatic dependent of the previous kernel in the stream (weights start
+// streaming before that kernel finishes; x and out are touched only after it has).
 cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, float* out, int n,
-                             int64_t m, int64_t k, int variant, cudaStream_t stream);
+                             int64_t m, int64_t k, int variant, bool pdl, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -1,0 +1,145 @@
+// Panel GEMM driver (prompt processing): activation rows are quantized once and interleaved
+// into panels of 16 rows; every weight row is decoded once into int8 + per-group scales;
+// the ISA's micro-kernel then multiplies panels by decoded columns (see kernels.h).
+//
+// One pool run with two phases: threads first quantize and build disjoint panels, meet at a
+// barrier inside the run, then each computes its own range of output columns over all
+// panels, decoding each of its weight rows exactly once.
+#include "backend/cpu/context.h"
+#include "backend/cpu/matmul_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#if defined(EMBER_CPU_X86)
+#include <immintrin.h>
+#endif
+
+namespace ember::cpu {
+
+size_t gemm_col_bytes(int64_t k, int group) {
+  const size_t b = static_cast<size_t>(k) + static_cast<size_t>(k / group) * 12;
+  return (b + 63) / 64 * 64;
+}
+
+namespace {
+
+constexpr int64_t kColChunk = 48;  // decoded columns kept hot (L2) while panels stream by
+
+size_t panel_bytes(int64_t k, int group, bool has_min) {
+  const size_t groups = static_cast<size_t>(k / group);
+  return static_cast<size_t>(k) * kGemmPanelRows + groups * kGemmPanelRows * 4 * (has_min ? 2 : 1);
+}
+
+struct PanelBuffers {
+  uint8_t* qu;
+  float* da;
+  float* dsum;
+};
+
+PanelBuffers panel_at(uint8_t* base, int64_t p, int64_t k, int group, bool has_min) {
+  uint8_t* b = base + static_cast<size_t>(p) * panel_bytes(k, group, has_min);
+  auto* da = reinterpret_cast<float*>(b + static_cast<size_t>(k) * kGemmPanelRows);
+  return {b, da, has_min ? da + (k / group) * kGemmPanelRows : nullptr};
+}
+
+// Interleaves quantized rows [row0, row0 + 16) (clamped to n - 1) into panel `pb`.
+void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t row0, int64_t n, int64_t k, int group,
+                 const PanelBuffers& pb) {
+  const int64_t ng = k / group;
+  for (int i = 0; i < kGemmPanelRows; ++i) {
+    const uint8_t* row = rows + static_cast<size_t>(std::min(row0 + i, n - 1)) * a_stride;
+    const auto* d = reinterpret_cast<const float*>(row + k);
+    for (int64_t g4 = 0; g4 < k / 4; ++g4) {
+      uint32_t v;
+      __builtin_memcpy(&v, row + 4 * g4, 4);
+      v ^= 0x80808080u;  // int8 q -> uint8 q + 128
+      __builtin_memcpy(pb.qu + (static_cast<size_t>(g4) * kGemmPanelRows + i) * 4, &v, 4);
+    }
+    if (fmt == ActFormat::Q8_32) {  // group == 32 == activation block
+      const auto* sum = reinterpret_cast<const int32_t*>(d + k / 32);
+      for (int64_t g = 0; g < ng; ++g) {
+        pb.da[g * kGemmPanelRows + i] = d[g];
+        if (pb.dsum) pb.dsum[g * kGemmPanelRows + i] = d[g] * static_cast<float>(sum[g]);
+      }
+    } else {  // Q8_K: one scale per 256, sums per 16
+      const auto* bsums = reinterpret_cast<const int16_t*>(d + k / 256);
+      for (int64_t g = 0; g < ng; ++g) {
+        const float da = d[g * group / 256];
+        pb.da[g * kGemmPanelRows + i] = da;
+        if (pb.dsum) {
+          const int32_t s = group == 32 ? bsums[2 * g] + bsums[2 * g + 1] : bsums[g];
+          pb.dsum[g * kGemmPanelRows + i] = da * static_cast<float>(s);
+        }
+      }
+    }
+  }
+}
+
+// Barrier inside one pool run: every thread of the run takes part.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    arrived_.fetch_add(1, std::memory_order_acq_rel);
+    for (int spin = 0; arrived_.load(std::memory_order_acquire) < n_; ++spin) {
+#if defined(EMBER_CPU_X86)
+      _mm_pause();
+#endif
+      // A descheduled peer on a busy machine would make pure spinning burn our slice.
+      if (spin > 4096) std::this_thread::yield();
+    }
+  }
+
+ private:
+  int n_;
+  std::atomic<int> arrived_{0};
+};
+
+}  // namespace
+
+void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const float* x, int64_t n, int64_t k,
+                    const uint8_t* w, size_t w_stride, int64_t m, float* out, const float* bias) {
+  const size_t a_stride = act_row_bytes(act, k);
+  const int64_t n_panels = (n + kGemmPanelRows - 1) / kGemmPanelRows;
+  const size_t rows_bytes = static_cast<size_t>(n) * a_stride;
+  const size_t pbytes = panel_bytes(k, gk.group, gk.has_min);
+  uint8_t* shared = ctx.shared_scratch.ensure(rows_bytes + static_cast<size_t>(n_panels) * pbytes + 64);
+  uint8_t* rows = shared;
+  uint8_t* panels = shared + (rows_bytes + 63) / 64 * 64;
+  const size_t col_bytes = gemm_col_bytes(k, gk.group);
+  for (auto& s : ctx.thread_scratch) s.ensure(col_bytes * kColChunk);
+  const QuantizeActFn quantize = act == ActFormat::Q8_K ? ctx.kt.quantize_q8_k : ctx.kt.quantize_q8_32;
+
+  SpinBarrier barrier(ctx.pool.size());
+  ctx.pool.run([&](int ith, int nth) {
+    // Phase 1: this thread's panels.
+    const Range pr = split_range(n_panels, ith, nth);
+    for (int64_t p = pr.begin; p < pr.end; ++p) {
+      const int64_t r0 = p * kGemmPanelRows, r1 = std::min(n, r0 + kGemmPanelRows);
+      for (int64_t r = r0; r < r1; ++r) quantize(x + r * k, rows + static_cast<size_t>(r) * a_stride, k);
+      build_panel(rows, a_stride, act, r0, n, k, gk.group, panel_at(panels, p, k, gk.group, gk.has_min));
+    }
+    if (nth > 1) barrier.arrive_and_wait();
+    // Phase 2: this thread's output columns against every panel.
+    const Range cr = split_range(m, ith, nth, 16);
+    uint8_t* cols = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(col_bytes * kColChunk);
+    for (int64_t c0 = cr.begin; c0 < cr.end; c0 += kColChunk) {
+      const int nc = static_cast<int>(std::min<int64_t>(kColChunk, cr.end - c0));
+      for (int c = 0; c < nc; ++c) gk.decode(w + static_cast<size_t>(c0 + c) * w_stride, k, cols + c * col_bytes);
+      for (int64_t p = 0; p < n_panels; ++p) {
+        const PanelBuffers pb = panel_at(panels, p, k, gk.group, gk.has_min);
+        const GemmPanel ap{pb.qu, pb.da, pb.dsum};
+        const int64_t r0 = p * kGemmPanelRows;
+        const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
+        gk.micro(ap, cols, col_bytes, nc, k, out + r0 * m + c0, m, valid);
+      }
+      if (bias)
+        for (int64_t r = 0; r < n; ++r)
+          for (int c = 0; c < nc; ++c) out[r * m + c0 + c] += bias[c0 + c];
+    }
+  });
+}
+
+}  // namespace ember::cpu
