@@ -1,0 +1,213 @@
+#include "tokenizer/bpe_model.h"
+
+#include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+
+namespace ember::tok {
+
+Result<std::unique_ptr<BpeModel>> BpeModel::create(VocabMap vocab,
+                                                   const std::vector<std::pair<std::string, std::string>>& merges,
+                                                   BpeOptions options) {
+  std::unique_ptr<BpeModel> m(new BpeModel());
+  int32_t max_id = -1;
+  for (const auto& [tok, id] : vocab) {
+    if (id < 0) return Status::errorf("negative id {} for token '{}'", id, tok);
+    max_id = std::max(max_id, id);
+  }
+  m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  m->has_id_.assign(static_cast<size_t>(max_id + 1), false);
+  for (const auto& [tok, id] : vocab) {
+    m->id_to_token_[id] = tok;
+    m->has_id_[id] = true;
+    size_t pos = 0;
+    if (!tok.empty() && is_valid_utf8(tok)) {
+      char32_t cp = next_code_point(tok, pos);
+      if (pos == tok.size()) m->char_ids_[cp] = id;
+    }
+  }
+  m->vocab_ = std::move(vocab);
+  const ByteLevelMap& bl = ByteLevelMap::get();
+  for (int b = 0; b < 256; ++b) {
+    auto c = m->vocab_.find(bl.encode_byte(static_cast<unsigned char>(b)));
+    m->byte_char_ids_[b] = c == m->vocab_.end() ? -1 : c->second;
+    auto f = m->vocab_.find(fmt::format("<0x{:02X}>", b));
+    m->byte_fallback_ids_[b] = f == m->vocab_.end() ? -1 : f->second;
+  }
+  m->merges_.reserve(merges.size());
+  std::string joined;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const auto& [a, b] = merges[i];
+    auto ia = m->vocab_.find(a), ib = m->vocab_.find(b);
+    if (ia == m->vocab_.end() || ib == m->vocab_.end())
+      return Status::errorf("merge {} ('{}' '{}') names a token that is not in the vocabulary", i, a, b);
+    joined = a;
+    joined += b;
+    auto in = m->vocab_.find(joined);
+    if (in == m->vocab_.end())
+      return Status::errorf("merge {} ('{}' '{}') makes '{}', which is not in the vocabulary", i, a, b, joined);
+    m->merges_.put(ia->second, ib->second, MergeInfo{static_cast<int32_t>(i), in->second});
+  }
+  if (options.unk_token) {
+    auto u = m->vocab_.find(*options.unk_token);
+    if (u != m->vocab_.end()) m->unk_id_ = u->second;
+  }
+  m->options_ = std::move(options);
+  return m;
+}
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::id_to_token(int32_t id) const {
+  if (id < 0 || id >= size() || !has_id_[id]) return nullptr;
+  return &id_to_token_[id];
+}
+
+void BpeModel::initial_symbols(const Piece& word, std::vector<int32_t>& ids, std::vector<uint32_t>& lens) const {
+  const std::string& t = word.text;
+  bool prev_unk = false;
+  // An unknown character: its <0xNN> tokens when all exist, else unk (fused with a previous unk).
+  auto unknown = [&](size_t begin, size_t len) {
+    if (options_.byte_fallback) {
+      bool all = true;
+      for (size_t i = 0; i < len; ++i) all = all && byte_fallback_ids_[static_cast<unsigned char>(t[begin + i])] >= 0;
+      if (all) {
+        for (size_t i = 0; i < len; ++i) {
+          ids.push_back(byte_fallback_ids_[static_cast<unsigned char>(t[begin + i])]);
+          lens.push_back(1);
+        }
+        prev_unk = false;
+        return;
+      }
+    }
+    if (!unk_id_) return;  // no unk token: HF drops the character
+    if (options_.fuse_unk && prev_unk) {
+      lens.back() += static_cast<uint32_t>(len);
+    } else {
+      ids.push_back(*unk_id_);
+      lens.push_back(static_cast<uint32_t>(len));
+    }
+    prev_unk = true;
+  };
+  if (word.byte_level) {
+    for (size_t i = 0; i < t.size(); ++i) {
+      int32_t id = byte_char_ids_[static_cast<unsigned char>(t[i])];
+      if (id >= 0) {
+        ids.push_back(id);
+        lens.push_back(1);
+        prev_unk = false;
+      } else {
+        unknown(i, 1);
+      }
+    }
+    return;
+  }
+  size_t pos = 0;
+  while (pos < t.size()) {
+    size_t begin = pos;
+    char32_t cp = next_code_point(t, pos);
+    auto it = char_ids_.find(cp);
+    if (it != char_ids_.end()) {
+      ids.push_back(it->second);
+      lens.push_back(static_cast<uint32_t>(pos - begin));
+      prev_unk = false;
+    } else {
+      unknown(begin, pos - begin);
+    }
+  }
+}
+
+void BpeModel::merge(std::vector<int32_t>& ids, std::vector<uint32_t>& lens) const {
+  const size_t n = ids.size();
+  if (n < 2) return;
+  std::vector<int32_t> prev(n), next(n);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = static_cast<int32_t>(i) - 1;
+    next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+  }
+  struct Cand {
+    int32_t rank, pos, new_id;
+  };
+  // Min-heap on (rank, pos): the lowest rank first, leftmost among equals (as HF's BinaryHeap).
+  auto worse = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  std::vector<Cand> heap;
+  heap.reserve(n);
+  for (size_t i = 0; i + 1 < n; ++i) {
+    if (const MergeInfo* m = merges_.find(ids[i], ids[i + 1]))
+      heap.push_back({m->rank, static_cast<int32_t>(i), m->new_id});
+  }
+  std::make_heap(heap.begin(), heap.end(), worse);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    Cand c = heap.back();
+    heap.pop_back();
+    int32_t p = c.pos;
+    if (lens[p] == 0 || next[p] < 0) continue;  // symbol merged away, or nothing to its right
+    int32_t q = next[p];
+    const MergeInfo* m = merges_.find(ids[p], ids[q]);
+    if (m == nullptr || m->new_id != c.new_id) continue;  // the pair changed since it was queued
+    ids[p] = c.new_id;
+    lens[p] += lens[q];
+    lens[q] = 0;
+    next[p] = next[q];
+    if (next[q] >= 0) prev[next[q]] = p;
+    if (prev[p] >= 0) {
+      if (const MergeInfo* l = merges_.find(ids[prev[p]], ids[p])) {
+        heap.push_back({l->rank, prev[p], l->new_id});
+        std::push_heap(heap.begin(), heap.end(), worse);
+      }
+    }
+    if (next[p] >= 0) {
+      if (const MergeInfo* r = merges_.find(ids[p], ids[next[p]])) {
+        heap.push_back({r->rank, p, r->new_id});
+        std::push_heap(heap.begin(), heap.end(), worse);
+      }
+    }
+  }
+  size_t w = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (lens[i] != 0) ids[w++] = ids[i];
+  ids.resize(w);
+}
+
+void BpeModel::encode_word(const Piece& word, std::vector<int32_t>& out) const {
+  const auto& cache = cache_[word.byte_level ? 1 : 0];
+  const bool cacheable = word.text.size() <= kMaxCachedWordBytes;
+  if (cacheable) {
+    std::shared_lock lock(cache_mutex_);
+    auto it = cache.find(std::string_view(word.text));
+    if (it != cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  if (options_.ignore_merges) {
+    // A word that is itself a token is taken whole (Llama 3), merges or not.
+    auto it = word.byte_level ? vocab_.find(ByteLevelMap::get().encode(word.text)) : vocab_.find(word.text);
+    if (it != vocab_.end()) ids.push_back(it->second);
+  }
+  if (ids.empty()) {
+    std::vector<uint32_t> lens;
+    ids.reserve(word.text.size());
+    lens.reserve(word.text.size());
+    initial_symbols(word, ids, lens);
+    merge(ids, lens);
+  }
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cacheable) {
+    std::unique_lock lock(cache_mutex_);
+    auto& c = cache_[word.byte_level ? 1 : 0];
+    if (c.size() < kCacheCapacity) c.emplace(word.text, std::move(ids));
+  }
+}
+
+}  // namespace ember::tok

@@ -1,0 +1,38 @@
+#pragma once
+// Decoders of HF tokenizer.json ("decoder"): token strings -> text. Steps transform the list of
+// token strings in order; the result is their concatenation (or, with no decoder at all, the
+// tokens joined by spaces, as HF does).
+#include "core/status.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ember::tok {
+
+class Decoder {
+ public:
+  enum class Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace };
+  struct Step {
+    Kind kind = Kind::Fuse;
+    std::string pattern, content;  // Replace; Strip uses content as the character to strip
+    size_t start = 0, stop = 0;    // Strip
+    bool prepend_first = true;     // Metaspace: drop the leading replacement of the first token
+  };
+
+  static Result<Decoder> from_json(const nlohmann::json& j);
+  static Decoder byte_level();
+  static Decoder sentencepiece(bool strip_leading_space);  // Replace ▁, ByteFallback, Fuse[, Strip]
+
+  // The text of tokens. Output is valid UTF-8 (ill-formed bytes become U+FFFD as in HF).
+  std::string decode(std::vector<std::string> tokens) const;
+
+ private:
+  static Step step(Kind kind, std::string pattern = {}, std::string content = {});
+  Status add_json(const nlohmann::json& j);
+  std::vector<Step> steps_;
+  bool none_ = true;  // no decoder: join with spaces
+};
+
+}  // namespace ember::tok
