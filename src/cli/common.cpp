@@ -135,13 +135,8 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.eos_token_ids = std::move(eos_ids);
   ec.deterministic = o.deterministic;
   ec.seed = o.seed;
-  const size_t per_block = runner->kv_bytes_per_block(o.block_size);
   auto engine = LlmEngine::create(std::move(runner), ec);
   if (!engine.is_ok()) return engine.status();
-  const int blocks = (*engine)->num_kv_blocks();
-  EMBER_LOG_INFO("KV cache: {} blocks of {} tokens = {} tokens, {:.1f} MiB", blocks, o.block_size,
-                 static_cast<int64_t>(blocks) * o.block_size,
-                 static_cast<double>(per_block) * blocks / (1024.0 * 1024.0));
   return engine;
 }
 

@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   add(ember::register_run(app));
   add(ember::register_info(app));
   add(ember::register_logits(app));
+  add(ember::register_tokenize(app));
+  add(ember::register_detokenize(app));
+  add(ember::register_perplexity(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
