@@ -18,7 +18,7 @@ namespace ember::cpu {
 
 namespace {
 
-constexpr int kKeyTile = 64;       // keys per tile
+constexpr int kKeyTile = 64;       // most keys per tile (the score row stride)
 constexpr int kRowsPerUnit = 16;   // query rows (tokens x heads of a group) per work unit
 
 struct Unit {
@@ -30,6 +30,7 @@ struct Unit {
 struct Geometry {
   int n_heads, n_kv_heads, group, head_dim, block_size;
   int64_t n_slots;
+  int key_tile;  // keys per tile: K and V tiles of ~16 KB each stay in L1
 };
 
 // Per-thread scratch for one unit.
@@ -97,8 +98,8 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
   const int32_t* table = b.block_tables + static_cast<int64_t>(u.seq) * b.max_blocks_per_seq;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
-  for (int64_t t0 = k_lo; t0 < k_hi; t0 += kKeyTile) {
-    const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, k_hi - t0));
+  for (int64_t t0 = k_lo; t0 < k_hi; t0 += g.key_tile) {
+    const int nk = static_cast<int>(std::min<int64_t>(g.key_tile, k_hi - t0));
     // Convert this tile's K and V rows to float.
     for (int t = 0; t < nk; ++t) {
       const int64_t pos = t0 + t;
@@ -108,30 +109,35 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
       kv_read_head(kt, kv.k, kv.k_scales, slot, g.n_kv_heads, u.kv_head, D, sc.kbuf + static_cast<size_t>(t) * D);
       kv_read_head(kt, kv.v, kv.v_scales, slot, g.n_kv_heads, u.kv_head, D, sc.vbuf + static_cast<size_t>(t) * D);
     }
+    // Scores of every row against the whole tile; masked entries are dropped below.
+    kt.attn_scores(sc.q, rows, sc.kbuf, nk, D, sc.s, kKeyTile);
     for (int r = 0; r < rows; ++r) {
       const int64_t qpos = pos0 + u.j0 + r / G;
-      // Visible keys of this row within the tile: [t_begin, t_end).
+      // Visible keys of this row within the tile: [tb, te).
       const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(t0, qpos - p.sliding_window + 1) : t0;
       const int64_t hi = std::min<int64_t>(t0 + nk, qpos + 1);
-      if (lo >= hi) continue;
-      const int tb = static_cast<int>(lo - t0), te = static_cast<int>(hi - t0);
       float* srow = sc.s + static_cast<size_t>(r) * kKeyTile;
-      float tile_max = neg_inf;
-      for (int t = tb; t < te; ++t) {
-        float s = kt.dot_f32(sc.q + static_cast<size_t>(r) * D, sc.kbuf + static_cast<size_t>(t) * D, D);
-        if (p.logit_softcap > 0.0f) s = p.logit_softcap * std::tanh(s / p.logit_softcap);
-        srow[t] = s;
-        tile_max = std::max(tile_max, s);
+      if (lo >= hi) {  // nothing visible: zero weights, accumulator untouched
+        std::fill(srow, srow + nk, 0.0f);
+        continue;
       }
+      const int tb = static_cast<int>(lo - t0), te = static_cast<int>(hi - t0);
+      if (p.logit_softcap > 0.0f)
+        for (int t = tb; t < te; ++t) srow[t] = p.logit_softcap * std::tanh(srow[t] / p.logit_softcap);
+      float tile_max = neg_inf;
+      for (int t = tb; t < te; ++t) tile_max = std::max(tile_max, srow[t]);
+      std::fill(srow, srow + tb, neg_inf);
+      std::fill(srow + te, srow + nk, neg_inf);
       const float m_new = std::max(sc.m[r], tile_max);
       const float corr = sc.m[r] == neg_inf ? 0.0f : std::exp(sc.m[r] - m_new);
-      const float tile_sum = kt.exp_sub_sum(srow + tb, m_new, te - tb);
-      sc.l[r] = sc.l[r] * corr + tile_sum;
+      sc.l[r] = sc.l[r] * corr + kt.exp_sub_sum(srow, m_new, nk);
       sc.m[r] = m_new;
-      float* orow = sc.o + static_cast<size_t>(r) * D;
-      kt.scale_axpy_f32(orow, corr, srow[tb], sc.vbuf + static_cast<size_t>(tb) * D, D);
-      for (int t = tb + 1; t < te; ++t) kt.scale_axpy_f32(orow, 1.0f, srow[t], sc.vbuf + static_cast<size_t>(t) * D, D);
+      if (corr != 1.0f) {
+        float* orow = sc.o + static_cast<size_t>(r) * D;
+        for (int i = 0; i < D; ++i) orow[i] *= corr;
+      }
     }
+    kt.attn_accumulate(sc.s, kKeyTile, rows, sc.vbuf, nk, D, sc.o);
   }
 
   for (int r = 0; r < rows; ++r) {
@@ -162,7 +168,7 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
               "attention: q {} out {} for {} tokens", shape_string(q), shape_string(out), n_tokens);
 
   Geometry g{p.n_heads, p.n_kv_heads, p.n_heads / p.n_kv_heads, p.head_dim, kv.block_size,
-             kv.k.dim(0) * kv.k.dim(1)};
+             kv.k.dim(0) * kv.k.dim(1), std::clamp(4096 / p.head_dim / 8 * 8, 8, kKeyTile)};
   const int tokens_per_unit = std::max(1, kRowsPerUnit / g.group);
   std::vector<Unit> units;
   for (int s = 0; s < n_seqs; ++s) {

@@ -96,6 +96,11 @@ struct KernelTable {
   float (*sum_squares)(const float* x, int64_t n) = nullptr;
   // x[i] = exp(x[i] - max) in place (exp(-inf) = 0); returns the sum.
   float (*exp_sub_sum)(float* x, float max, int64_t n) = nullptr;
+  // Attention tiles (row-major, head_dim d):
+  //   s[r * ld_s + t] = dot(q[r], k[t])            r < nr, t < nt
+  void (*attn_scores)(const float* q, int nr, const float* k, int nt, int d, float* s, int ld_s) = nullptr;
+  //   o[r] += sum_t p[r * ld_p + t] * v[t]          r < nr (o rows of d floats)
+  void (*attn_accumulate)(const float* p, int ld_p, int nr, const float* v, int nt, int d, float* o) = nullptr;
 };
 
 // The table for isa (which must be supported by this CPU).

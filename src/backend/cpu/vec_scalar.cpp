@@ -52,6 +52,16 @@ float exp_sub_sum(float* x, float max, int64_t n) {
   return sum;
 }
 
+void attn_scores(const float* q, int nr, const float* k, int nt, int d, float* s, int ld_s) {
+  for (int r = 0; r < nr; ++r)
+    for (int t = 0; t < nt; ++t) s[r * ld_s + t] = dot_f32(q + static_cast<size_t>(r) * d, k + static_cast<size_t>(t) * d, d);
+}
+
+void attn_accumulate(const float* p, int ld_p, int nr, const float* v, int nt, int d, float* o) {
+  for (int r = 0; r < nr; ++r)
+    for (int t = 0; t < nt; ++t) scale_axpy_f32(o + static_cast<size_t>(r) * d, 1.0f, p[r * ld_p + t], v + static_cast<size_t>(t) * d, d);
+}
+
 }  // namespace
 
 void register_scalar_kernels(KernelTable& kt) {
@@ -63,6 +73,8 @@ void register_scalar_kernels(KernelTable& kt) {
   kt.silu_mul = silu_mul;
   kt.gelu_tanh_mul = gelu_tanh_mul;
   kt.exp_sub_sum = exp_sub_sum;
+  kt.attn_scores = attn_scores;
+  kt.attn_accumulate = attn_accumulate;
   register_scalar_act_quant(kt);
   register_scalar_matmul(kt);
 }

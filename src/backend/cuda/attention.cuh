@@ -50,6 +50,10 @@ struct PagedAttnArgs {
   // and warps per prefill block (4 or 8; 16 query rows each).
   int stages = 0;
   int prefill_warps = 0;
+  // Cache layout inside a block: false [block_size, n_kv_heads, head_dim] (Backend's KvLayer
+  // layout), true [n_kv_heads, block_size, head_dim] (a head's block contiguous; benchmarked
+  // as a candidate layout for the GPU).
+  bool head_major = false;
 };
 
 bool attention_mma_supported(DType kv_type, int head_dim);

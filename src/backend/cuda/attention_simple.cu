@@ -34,13 +34,15 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_simple_kernel(const Pa
     acc[i] = 0.0f;
   }
   const int32_t* bt = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
-  const size_t slot_stride = static_cast<size_t>(a.n_kv_heads) * D;
-  const T* kb = static_cast<const T*>(a.k) + static_cast<size_t>(kh) * D;
-  const T* vb = static_cast<const T*>(a.v) + static_cast<size_t>(kh) * D;
+  const int bs = a.block_size;
+  const T* kb = static_cast<const T*>(a.k);
+  const T* vb = static_cast<const T*>(a.v);
   float m = -INFINITY, l = 0.0f;
   for (int key = lo; key <= pos; ++key) {
-    const size_t slot = static_cast<size_t>(bt[key / a.block_size]) * a.block_size + key % a.block_size;
-    const T* kr = kb + slot * slot_stride;
+    const size_t block = static_cast<size_t>(bt[key / bs]), offset = static_cast<size_t>(key % bs);
+    const size_t row = a.head_major ? (block * a.n_kv_heads + kh) * bs + offset
+                                    : (block * bs + offset) * a.n_kv_heads + kh;
+    const T* kr = kb + row * D;
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxDimPerLane; ++i) {
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_simple_kernel(const Pa
     const float mn = fmaxf(m, s);
     const float c = expf(m - mn), p = expf(s - mn);
     l = l * c + p;
-    const T* vr = vb + slot * slot_stride;
+    const T* vr = vb + row * D;
 #pragma unroll
     for (int i = 0; i < kMaxDimPerLane; ++i) {
       const int d = lane + 32 * i;
