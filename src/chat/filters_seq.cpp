@@ -257,7 +257,11 @@ Result<Value> f_unique(Interpreter& interp, const Value& v, CallArgs& args) {
 
 Result<Value> f_reverse(Interpreter&, const Value& v, CallArgs& args) {
   EMBER_RETURN_IF_ERROR(ArgReader("reverse", args).finish());
-  if (v.is_string()) return Value(utf8_encode(std::u32string(utf8_decode(v.as_string()).rbegin(), utf8_decode(v.as_string()).rend())));
+  if (v.is_string()) {
+    std::u32string cps = utf8_decode(v.as_string());
+    std::reverse(cps.begin(), cps.end());
+    return Value(utf8_encode(cps));
+  }
   EMBER_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
   std::reverse(items.begin(), items.end());
   return generator(std::move(items));

@@ -229,8 +229,8 @@ Result<Flow> Interpreter::exec_for(const Stmt& stmt, const FramePtr& frame, std:
   SeqData seq;
   seq.items = std::move(items);
   loop->items = std::make_shared<const SeqData>(std::move(seq));
-  const Value* outer_loop = frame->find("loop");
-  loop->depth0 = (outer_loop && outer_loop->is_loop()) ? outer_loop->as_loop().depth0 + 1 : 0;
+  // depth counts recursive loop() calls only, which ember does not support: always 1.
+  loop->depth0 = 0;
   Value loop_value = Value::loop(loop);
   for (size_t i = 0; i < loop->items->items.size(); ++i) {
     EMBER_RETURN_IF_ERROR(charge(1));
