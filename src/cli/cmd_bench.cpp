@@ -1,0 +1,127 @@
+// `ember bench speed`: prompt processing and decode speed of one sequence, as llama-bench
+// measures them (pp: one prefill of P tokens; tg: G single-token decode steps), so the two
+// engines compare on the same file and thread count.
+// `ember bench throughput`: offline serving throughput through the engine (bench_throughput.cpp).
+#include "cli/bench_throughput.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+
+namespace ember {
+
+namespace {
+
+struct SpeedOptions {
+  ModelOptions model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int repetitions = 3;
+  std::string json_path;
+};
+
+// Runs one sequence of `tokens` (chunk of a longer sequence starting at `start`).
+Status run_chunk(ModelRunner& r, const std::vector<int32_t>& tokens, int start, int n_blocks, int block_size,
+                 std::vector<float>& logits) {
+  ForwardBatch b;
+  b.token_ids = tokens;
+  const int n = static_cast<int>(tokens.size());
+  for (int i = 0; i < n; ++i) {
+    b.positions.push_back(start + i);
+    b.slot_mapping.push_back(start + i);
+  }
+  b.logit_rows = {n - 1};
+  for (int i = 0; i < n_blocks; ++i) b.block_tables.push_back(i);
+  b.max_blocks_per_seq = n_blocks;
+  b.query_start = {0, n};
+  b.seq_lens = {start + n};
+  return r.execute(b, logits);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run_speed(const SpeedOptions& o) {
+  auto runner = load_runner(o.model);
+  if (!runner.is_ok()) {
+    fmt::print(stderr, "error: {}\n", runner.message());
+    return 1;
+  }
+  ModelRunner& r = **runner;
+  const int block_size = 16;
+  const int total = o.n_prompt + o.n_gen;
+  const int n_blocks = (total + block_size - 1) / block_size;
+  if (auto st = r.allocate_kv_cache({n_blocks, block_size}); !st.is_ok()) {
+    fmt::print(stderr, "error: {}\n", st.message());
+    return 1;
+  }
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> tok(100, std::min(r.vocab_size() - 1, 20000));
+  std::vector<int32_t> prompt(static_cast<size_t>(o.n_prompt));
+  for (auto& t : prompt) t = tok(rng);
+  std::vector<float> logits;
+  using Clock = std::chrono::steady_clock;
+  // Warm-up (page in the weights, size the scratch buffers).
+  if (auto st = run_chunk(r, {prompt.begin(), prompt.begin() + std::min(o.n_prompt, 16)}, 0, n_blocks, block_size, logits); !st.is_ok()) {
+    fmt::print(stderr, "error: {}\n", st.message());
+    return 1;
+  }
+  std::vector<double> pp, tg;
+  for (int rep = 0; rep < o.repetitions; ++rep) {
+    auto t0 = Clock::now();
+    if (o.n_prompt > 0) (void)run_chunk(r, prompt, 0, n_blocks, block_size, logits);
+    auto t1 = Clock::now();
+    if (o.n_prompt > 0) pp.push_back(o.n_prompt / std::chrono::duration<double>(t1 - t0).count());
+    // Decode from an empty context, as llama-bench's tg does.
+    int32_t next = prompt.empty() ? 1 : prompt.back();
+    t0 = Clock::now();
+    for (int i = 0; i < o.n_gen; ++i) {
+      (void)run_chunk(r, {next}, i, n_blocks, block_size, logits);
+      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    t1 = Clock::now();
+    if (o.n_gen > 0) tg.push_back(o.n_gen / std::chrono::duration<double>(t1 - t0).count());
+    fmt::print(stderr, "bench: repetition {}/{} done\n", rep + 1, o.repetitions);
+  }
+  nlohmann::json j;
+  j["model"] = o.model.model;
+  j["threads"] = r.backend().name();
+  if (!pp.empty()) {
+    j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", median(pp)}};
+    fmt::print("pp{}: {:.2f} tok/s\n", o.n_prompt, median(pp));
+  }
+  if (!tg.empty()) {
+    j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", median(tg)}};
+    fmt::print("tg{}: {:.2f} tok/s\n", o.n_gen, median(tg));
+  }
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << j.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+CommandFn register_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "benchmarks: speed (pp/tg) and throughput (offline serving)");
+  cmd->require_subcommand(1);
+  auto* speed = cmd->add_subcommand("speed", "prompt processing and decode tokens/s of one sequence");
+  auto so = std::make_shared<SpeedOptions>();
+  add_model_options(*speed, so->model, false);
+  speed->add_option("-p,--n-prompt", so->n_prompt, "prompt tokens (pp)")->check(CLI::Range(0, 1 << 16));
+  speed->add_option("-n,--n-gen", so->n_gen, "generated tokens (tg)")->check(CLI::Range(0, 1 << 16));
+  speed->add_option("-r,--repetitions", so->repetitions, "repetitions (median reported)")->check(CLI::Range(1, 100));
+  speed->add_option("--json", so->json_path, "write results as JSON");
+  auto* thr = cmd->add_subcommand("throughput", "offline serving throughput through the engine");
+  auto to = std::make_shared<ThroughputOptions>();
+  add_throughput_options(*thr, *to);
+  return [speed, so, to]() { return speed->parsed() ? run_speed(*so) : run_throughput(*to); };
+}
+
+}  // namespace ember
