@@ -15,9 +15,9 @@ constexpr int kTileKeys = 64;     // keys per shared-memory tile
 constexpr int kDecodeRows = 16;   // packed query rows per decode block (one m16 tile)
 constexpr int kDecodeWarps = 4;   // decode: the warps split each key tile
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kDefaultDecodeStages = 3;
-constexpr int kDefaultPrefillWarps = 4;
-constexpr int kDefaultPrefillStages = 3;
+constexpr int kDefaultDecodeStages = 2;
+constexpr int kDefaultPrefillWarps = 8;
+constexpr int kDefaultPrefillStages = 2;
 
 struct Launch {
   PagedAttnArgs a;
@@ -45,7 +45,8 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 }
 
 // kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
-template <typename T, int D, bool kDecode, int kWarps, int kStages>
+// kSoftcap: logit soft-capping compiled in (tanh per score) or out.
+template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap>
 __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launch L) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kRows = kDecode ? kDecodeRows : 16 * kWarps;
@@ -110,15 +111,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   const int my_c = threadIdx.x % kCh, my_key = threadIdx.x / kCh;
   const int bs = a.block_size;
   const int32_t* bt = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
-  // Row (of D elements) of (block, offset, kv head): [block][offset][head] by default,
-  // [block][head][offset] when head_major (each block of a head is then contiguous).
-  const size_t hm_block = static_cast<size_t>(a.n_kv_heads) * bs;
-  auto cache_row = [&](int block, int offset) -> size_t {
-    return a.head_major ? block * hm_block + static_cast<size_t>(kh) * bs + offset
-                        : (static_cast<size_t>(block) * bs + offset) * a.n_kv_heads + kh;
-  };
-  const T* k_base = static_cast<const T*>(a.k) + my_c * 8;
-  const T* v_base = static_cast<const T*>(a.v) + my_c * 8;
+  const size_t slot_stride = static_cast<size_t>(a.n_kv_heads) * D;  // elements per cache slot
+  const T* k_base = static_cast<const T*>(a.k) + static_cast<size_t>(kh) * D + my_c * 8;
+  const T* v_base = static_cast<const T*>(a.v) + static_cast<size_t>(kh) * D + my_c * 8;
   int kq[kPasses], kr[kPasses];  // in-tile key offset of each pass, divided by block size
 #pragma unroll
   for (int ps = 0; ps < kPasses; ++ps) {
@@ -153,10 +148,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     for (int ps = 0; ps < kPasses; ++ps) {
       const int kt = ps * kKeysPerPass + my_key;  // key within the tile
       const bool valid = blk[ps] >= 0;  // keys past kv_hi become zeros (masked, never NaN)
-      const size_t row = valid ? cache_row(blk[ps], off[ps]) * D : 0;
+      const size_t slot = valid ? static_cast<size_t>(blk[ps]) * bs + off[ps] : 0;
       const int o = stage * kTileKeys * kCh + swz<D>(kt, my_c);
-      cp_async_16(s_k + o, k_base + row, valid);
-      cp_async_16(s_v + o, v_base + row, valid);
+      cp_async_16(s_k + o, k_base + slot * slot_stride, valid);
+      cp_async_16(s_v + o, v_base + slot * slot_stride, valid);
     }
   };
   // Prologue: tiles 0 .. kStages - 2 in flight, one commit group each (empty past the end,
@@ -205,11 +200,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   const int pos_a = pos_base + r_a / G, pos_b = pos_base + r_b / G;
   const int warp_pos_min = pos_base + (row0 + wrow0) / G;
   const int key_off = kDecode ? warp * 16 : 0;  // first key of this warp within a tile
-  const bool softcap = a.softcap > 0.0f;
   // Without soft-capping, scale and log2(e) fold into one multiply.
-  const float qk_scale = softcap ? a.scale : a.scale * kLog2e;
-  const float post_scale = softcap ? kLog2e : 1.0f;
-  const float inv_cap = softcap ? 1.0f / a.softcap : 0.0f;
+  const float qk_scale = kSoftcap ? a.scale : a.scale * kLog2e;
+  const float inv_cap = kSoftcap ? 1.0f / a.softcap : 0.0f;
 
   int stage = 0, issue_stage = kStages - 1;
   for (int t = 0; t < n_tiles; ++t) {
@@ -241,23 +234,30 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         mma_16816<T>(s[2 * np + 1], qa[ks], b[2], b[3]);
       }
     }
-    // Scale (and soft-cap) into the log2 domain; mask only tiles that reach past the
-    // warp's first row's position or start inside a sliding window's edge.
-    const bool need_mask = key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0;
+    // Scale (and soft-cap) into the log2 domain, then mask only tiles that reach past the
+    // warp's first row's position or start inside a sliding window's edge. The mask is its
+    // own loop behind a warp-uniform branch so the unrolled body is not duplicated: the
+    // kernel is instruction-fetch bound when its loop outgrows the instruction cache.
+#pragma unroll
+    for (int nt = 0; nt < kNtS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kSoftcap) s[nt][e] = a.softcap * tanhf(s[nt][e] * qk_scale * inv_cap) * kLog2e;
+        else s[nt][e] *= qk_scale;
+      }
+    if (key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0) {
+#pragma unroll
+      for (int nt = 0; nt < kNtS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int pos = e < 2 ? pos_a : pos_b;
+          if (key > pos || (a.window > 0 && key <= pos - a.window)) s[nt][e] = -INFINITY;
+        }
+    }
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < kNtS; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * qk_scale;
-        if (softcap) x = a.softcap * tanhf(x * inv_cap) * post_scale;
-        if (need_mask) {
-          const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int pos = e < 2 ? pos_a : pos_b;
-          if (key > pos || (a.window > 0 && key <= pos - a.window)) x = -INFINITY;
-        }
-        s[nt][e] = x;
-      }
       mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
     }
@@ -418,7 +418,8 @@ size_t smem_bytes(int rows, int stages, int D) {
 
 template <typename T, int D, bool kDecode, int kWarps, int kStages>
 cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  auto kernel = paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages>;
+  auto kernel = L.a.softcap > 0.0f ? paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true>
+                                   : paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false>;
   const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D);
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
@@ -427,6 +428,8 @@ cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Instantiated configurations (others measured slower on an H200; see docs/CUDA_NOTES.md):
+// decode 2 or 3 stages, prefill 4 or 8 warps with 2 stages.
 template <typename T, int D>
 cudaError_t launch_mma_cfg(const Launch& L, bool decode, int warps, int stages, dim3 grid,
                            cudaStream_t stream) {
@@ -434,14 +437,12 @@ cudaError_t launch_mma_cfg(const Launch& L, bool decode, int warps, int stages, 
     switch (stages) {
       case 2: return launch_mma<T, D, true, kDecodeWarps, 2>(L, grid, stream);
       case 3: return launch_mma<T, D, true, kDecodeWarps, 3>(L, grid, stream);
-      case 4: return launch_mma<T, D, true, kDecodeWarps, 4>(L, grid, stream);
       default: return cudaErrorInvalidValue;
     }
   }
-  if (warps == 4 && stages == 2) return launch_mma<T, D, false, 4, 2>(L, grid, stream);
-  if (warps == 4 && stages == 3) return launch_mma<T, D, false, 4, 3>(L, grid, stream);
-  if (warps == 8 && stages == 2) return launch_mma<T, D, false, 8, 2>(L, grid, stream);
-  if (warps == 8 && stages == 3) return launch_mma<T, D, false, 8, 3>(L, grid, stream);
+  if (stages != 2) return cudaErrorInvalidValue;
+  if (warps == 4) return launch_mma<T, D, false, 4, 2>(L, grid, stream);
+  if (warps == 8) return launch_mma<T, D, false, 8, 2>(L, grid, stream);
   return cudaErrorInvalidValue;
 }
 

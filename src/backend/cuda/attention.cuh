@@ -7,8 +7,8 @@
 //    of a head is read once for its whole group), the 4 warps of a block split each 64-key
 //    tile, and the key range of a sequence is split across blocks (Flash-Decoding); a second
 //    kernel merges the splits by their log-sum-exp.
-//  - Prefill: FlashAttention-2-style tiled kernel, 64 or 128 packed rows per block (16 per
-//    warp), 64-key tiles streamed through a ring of shared-memory stages with cp.async.
+//  - Prefill: FlashAttention-2-style tiled kernel, 128 (or 64) packed rows per block, 16 per
+//    warp, 64-key tiles streamed through shared-memory stages with cp.async.
 //  - Simple: one warp per (token, head), any K/V dtype and head_dim <= 256; the fallback.
 // The tensor-core kernels take BF16 or F16 K/V with head_dim 64 or 128.
 #include "core/dtype.h"
@@ -46,14 +46,10 @@ struct PagedAttnArgs {
   int max_new = 0;  // query tokens of one sequence
   int max_kv = 0;   // seq_len
   int splits = 0;   // decode: key-range splits; 0 picks from the GPU's size
-  // Tuning knobs (0: the default): K/V tiles in flight per block (2-4 decode, 2-3 prefill)
+  // Tuning knobs (0: the default): K/V tiles in flight per block (decode 2 or 3, prefill 2)
   // and warps per prefill block (4 or 8; 16 query rows each).
   int stages = 0;
   int prefill_warps = 0;
-  // Cache layout inside a block: false [block_size, n_kv_heads, head_dim] (Backend's KvLayer
-  // layout), true [n_kv_heads, block_size, head_dim] (a head's block contiguous; benchmarked
-  // as a candidate layout for the GPU).
-  bool head_major = false;
 };
 
 bool attention_mma_supported(DType kv_type, int head_dim);

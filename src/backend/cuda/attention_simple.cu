@@ -40,8 +40,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_simple_kernel(const Pa
   float m = -INFINITY, l = 0.0f;
   for (int key = lo; key <= pos; ++key) {
     const size_t block = static_cast<size_t>(bt[key / bs]), offset = static_cast<size_t>(key % bs);
-    const size_t row = a.head_major ? (block * a.n_kv_heads + kh) * bs + offset
-                                    : (block * bs + offset) * a.n_kv_heads + kh;
+    const size_t row = (block * bs + offset) * a.n_kv_heads + kh;
     const T* kr = kb + row * D;
     float s = 0.0f;
 #pragma unroll

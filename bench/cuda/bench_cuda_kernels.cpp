@@ -1,0 +1,363 @@
+// Kernel benchmarks of the CUDA backend on one GPU, beside the ceilings measured in the same
+// run: a device-to-device copy (bytes read + written) and cuBLASLt. Prints one
+// "RESULT|group|name|value|unit|note" line per number (scripts/gpu-check.sh tabulates them).
+//
+// Inputs are random (never zeros) and each timed set of weights/caches is several times the
+// L2 cache, rotating buffers where one copy would fit in it. Short kernels are timed as CUDA
+// graph replays of many launches, the way a decode step runs them.
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/gemv.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ember;
+using namespace ember::cuda;
+
+#define CK(expr)                                                                           \
+  do {                                                                                     \
+    const cudaError_t _e = (expr);                                                         \
+    if (_e != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+void result(const char* group, const std::string& name, double value, const char* unit,
+            const std::string& note = "") {
+  std::printf("RESULT|%s|%s|%.3f|%s|%s\n", group, name.c_str(), value, unit, note.c_str());
+  std::fflush(stdout);
+}
+
+void* dmalloc(size_t bytes) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+// Median milliseconds per call of fn, captured `per_graph` times into one graph.
+double time_graph(cudaStream_t s, int per_graph, int reps, const std::function<void(int)>& fn) {
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up (module load, cuBLASLt plan)
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < per_graph; ++i) fn(i);
+  CK(cudaStreamEndCapture(s, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphLaunch(exec, s));
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / per_graph);
+  }
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double copy_bandwidth(cudaStream_t s) {
+  const size_t bytes = size_t{2} << 30;
+  void* src = dmalloc(bytes);
+  void* dst = dmalloc(bytes);
+  CK(launch_fill_random(DType::F32, src, static_cast<int64_t>(bytes / 4), 1, -1.0f, 1.0f, s));
+  const double ms = time_graph(s, 4, 7, [&](int) { CK(launch_copy16(dst, src, bytes, s)); });
+  const double ms_ce = time_graph(s, 4, 7, [&](int) {
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+  });
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  const double gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
+  result("ceiling", "d2d copy kernel 2 GiB (read+write)", gbs, "GB/s");
+  result("ceiling", "d2d cudaMemcpyAsync in a graph 2 GiB", 2.0 * bytes / (ms_ce * 1e-3) / 1e9, "GB/s");
+  return gbs;
+}
+
+void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
+  struct Shape { int64_t m, k; const char* what; };
+  const Shape shapes[] = {{4096, 4096, "q/o proj"}, {14336, 4096, "gate/up"},
+                          {4096, 14336, "down"}, {128256, 4096, "lm_head"}};
+  void* ws = dmalloc(32u << 20);
+  for (const auto& sh : shapes) {
+    const size_t wbytes = static_cast<size_t>(sh.m * sh.k) * 2;
+    const int copies = static_cast<int>(std::max<size_t>(1, (size_t{512} << 20) / wbytes + 1));
+    std::vector<void*> w(copies);
+    for (int c = 0; c < copies; ++c) {
+      w[c] = dmalloc(wbytes);
+      CK(launch_fill_random(DType::BF16, w[c], sh.m * sh.k, 10 + c, -0.05f, 0.05f, s));
+    }
+    auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(sh.k) * 4));
+    void* xb = dmalloc(static_cast<size_t>(sh.k) * 2);
+    auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(sh.m) * 4));
+    CK(launch_fill_random(DType::F32, x, sh.k, 3, -1.0f, 1.0f, s));
+    CK(launch_convert(DType::F32, x, DType::BF16, xb, sh.k, s));
+    const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
+    const int per_graph = std::max(copies * 4, 16);
+    double best = 0.0;
+    for (int pass = 0; pass < kGemvNumVariants + 2; ++pass) {
+      // All variants plainly, then the default and variant 0 as programmatic dependent
+      // launches (each GEMV of the chain overlaps the previous one's tail, as in decode).
+      const bool pdl = pass >= kGemvNumVariants;
+      const int v = !pdl ? pass : (pass == kGemvNumVariants ? kGemvDefaultVariant : 0);
+      const double ms = time_graph(s, per_graph, 9, [&](int i) {
+        CK(launch_gemv_bf16(w[i % copies], x, nullptr, y, 1, sh.m, sh.k, v, pdl, s));
+      });
+      const double gbs = wbytes / (ms * 1e-3) / 1e9;
+      best = std::max(best, gbs);
+      char note[96];
+      std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
+                    v == kGemvDefaultVariant ? ", default" : "");
+      result("gemv", std::string("ember bf16 v") + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
+                         std::to_string(kGemvVariants[v].rows_per_warp) + "r x" +
+                         std::to_string(kGemvVariants[v].unroll) + ") " + shape,
+             gbs, "GB/s", note);
+    }
+    const double ms = time_graph(s, per_graph, 9, [&](int i) {
+      const Status st = lt.matmul(DType::BF16, xb, w[i % copies], y, 1, sh.m, sh.k, ws, 32u << 20, s);
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "cublasLt: %s\n", st.message().c_str());
+        std::exit(1);
+      }
+    });
+    const double gbs = wbytes / (ms * 1e-3) / 1e9;
+    char note[64];
+    std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+    result("gemv", "cublasLt bf16 n=1 " + shape, gbs, "GB/s", note);
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(x));
+    CK(cudaFree(xb));
+    CK(cudaFree(y));
+  }
+  CK(cudaFree(ws));
+}
+
+// Paged K/V for n_seqs sequences of seq_len tokens, blocks shuffled across the pool.
+struct PagedSetup {
+  void* k = nullptr;
+  void* v = nullptr;
+  int32_t* meta = nullptr;  // query_start | seq_lens | block_tables | seq_ids
+  int n_seqs = 0, max_blocks = 0;
+  size_t kv_bytes = 0;
+  PagedSetup(int n_seqs_, int seq_len, int n_new, int n_kv, int d, int bs, cudaStream_t s)
+      : n_seqs(n_seqs_) {
+    max_blocks = (seq_len + bs - 1) / bs;
+    const int n_blocks = n_seqs * max_blocks;
+    const int64_t elems = int64_t{n_blocks} * bs * n_kv * d;
+    kv_bytes = static_cast<size_t>(elems) * 2;
+    k = dmalloc(kv_bytes);
+    v = dmalloc(kv_bytes);
+    CK(launch_fill_random(DType::BF16, k, elems, 21, -1.0f, 1.0f, s));
+    CK(launch_fill_random(DType::BF16, v, elems, 22, -1.0f, 1.0f, s));
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(5);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> h;
+    for (int i = 0; i <= n_seqs; ++i) h.push_back(i * n_new);
+    for (int i = 0; i < n_seqs; ++i) h.push_back(seq_len);
+    h.insert(h.end(), perm.begin(), perm.end());
+    for (int i = 0; i < n_seqs; ++i) h.push_back(i);
+    meta = static_cast<int32_t*>(dmalloc(h.size() * 4));
+    CK(cudaMemcpy(meta, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  }
+  ~PagedSetup() {
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(meta);
+  }
+  PagedAttnArgs args(const float* q, float* out, int n_new, int seq_len, int n_heads, int n_kv,
+                     int d, int bs) const {
+    PagedAttnArgs a;
+    a.q = q;
+    a.out = out;
+    a.k = k;
+    a.v = v;
+    a.kv_type = DType::BF16;
+    a.query_start = meta;
+    a.seq_lens = meta + n_seqs + 1;
+    a.block_tables = meta + 2 * n_seqs + 1;
+    a.seq_ids = a.block_tables + static_cast<size_t>(n_seqs) * max_blocks;
+    a.n_launch_seqs = n_seqs;
+    a.max_blocks_per_seq = max_blocks;
+    a.block_size = bs;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv;
+    a.head_dim = d;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    a.max_new = n_new;
+    a.max_kv = seq_len;
+    return a;
+  }
+};
+
+void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
+  const int seq_len = 4096, H = 32, KV = 8, D = 128, bs = 16;
+  for (int batch : {32, 64}) {
+    PagedSetup ps(batch, seq_len, 1, KV, D, bs, s);
+    auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(batch) * H * D * 4));
+    auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(batch) * H * D * 4));
+    CK(launch_fill_random(DType::F32, q, int64_t{batch} * H * D, 7, -2.0f, 2.0f, s));
+    struct Cfg { int splits, stages; };
+    std::vector<Cfg> cfgs = {{0, 0}, {0, 3}, {2, 2}, {4, 2}, {6, 2}, {2, 3}};
+    if (batch == 64) cfgs = {{0, 0}, {0, 3}, {1, 2}, {1, 3}, {3, 2}};
+    for (const auto& cfg : cfgs) {
+      const int splits = cfg.splits;
+      PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
+      a.splits = splits;
+      a.stages = cfg.stages;
+      const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
+      void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
+      const double ms = time_graph(s, 10, 9, [&](int) {
+        CK(launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s));
+      });
+      if (ws) CK(cudaFree(ws));
+      const double gbs = 2.0 * ps.kv_bytes / (ms * 1e-3) / 1e9;
+      char note[96];
+      std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+      result("decode-attn",
+             "ember paged bf16 b" + std::to_string(batch) + " s4096 h32/kv8 d128 splits=" +
+                 (splits ? std::to_string(splits) : std::string("auto")) + " stages=" +
+                 (cfg.stages ? std::to_string(cfg.stages) : std::string("default")),
+             gbs, "GB/s", note);
+    }
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+  }
+}
+
+void bench_prefill_attention(cudaStream_t s, int sms) {
+  const int n = 4096, H = 32, D = 128, bs = 16;
+  for (int KV : {8, 32}) {
+    PagedSetup ps(1, n, n, KV, D, bs, s);
+    auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
+    auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
+    CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
+    for (auto [warps, stages] : {std::pair{0, 0}, {4, 2}}) {
+      PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, bs);
+      a.prefill_warps = warps;
+      a.stages = stages;
+      const double ms = time_graph(s, 5, 9, [&](int) {
+        CK(launch_paged_attention(a, AttnKernel::Prefill, nullptr, 0, sms, s));
+      });
+      // Causal: each of the n queries sees pos + 1 keys; 2 matmuls of 2 FLOP per MAC.
+      const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
+      char note[64];
+      std::snprintf(note, sizeof note, "%.3f ms", ms);
+      result("prefill-attn", "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " +
+                                 (warps ? std::to_string(warps) + "w " + std::to_string(stages) + "st" : std::string("default")),
+             flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+    }
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+  }
+}
+
+void bench_gemm(cudaStream_t s, LtGemm& lt) {
+  // The prefill matmul ceiling: cuBLASLt bf16, 4096 tokens x Llama-3-8B gate/up shape.
+  const int64_t n = 4096, m = 14336, k = 4096;
+  void* x = dmalloc(static_cast<size_t>(n * k) * 2);
+  void* w = dmalloc(static_cast<size_t>(m * k) * 2);
+  auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(n * m) * 4));
+  void* ws = dmalloc(32u << 20);
+  CK(launch_fill_random(DType::BF16, x, n * k, 31, -1.0f, 1.0f, s));
+  CK(launch_fill_random(DType::BF16, w, m * k, 32, -0.05f, 0.05f, s));
+  const double ms = time_graph(s, 5, 7, [&](int) {
+    const Status st = lt.matmul(DType::BF16, x, w, y, n, m, k, ws, 32u << 20, s);
+    if (!st.is_ok()) std::exit(1);
+  });
+  result("ceiling", "cublasLt bf16 gemm 4096x14336x4096 (f32 out)", 2.0 * n * m * k / (ms * 1e-3) / 1e12,
+         "TFLOP/s");
+  for (void* p : {x, w, static_cast<void*>(y), ws}) CK(cudaFree(p));
+}
+
+// One launch of each default kernel (decode b32, prefill 4096, GEMV 14336x4096), in that
+// order, for `ncu -c 3`.
+void profile_once(cudaStream_t s, int sms) {
+  {
+    const int B = 32, S = 4096, H = 32, KV = 8, D = 128;
+    PagedSetup ps(B, S, 1, KV, D, 16, s);
+    auto* q = static_cast<float*>(dmalloc(size_t{B} * H * D * 4));
+    auto* out = static_cast<float*>(dmalloc(size_t{B} * H * D * 4));
+    CK(launch_fill_random(DType::F32, q, int64_t{B} * H * D, 7, -2.0f, 2.0f, s));
+    PagedAttnArgs a = ps.args(q, out, 1, S, H, KV, D, 16);
+    const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
+    void* ws = dmalloc(ws_bytes + 16);
+    CK(launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s));
+    CK(cudaStreamSynchronize(s));
+    for (void* p : {static_cast<void*>(q), static_cast<void*>(out), ws}) CK(cudaFree(p));
+  }
+  {
+    const int n = 4096, H = 32, KV = 8, D = 128;
+    PagedSetup ps(1, n, n, KV, D, 16, s);
+    auto* q = static_cast<float*>(dmalloc(size_t{n} * H * D * 4));
+    auto* out = static_cast<float*>(dmalloc(size_t{n} * H * D * 4));
+    CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
+    PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, 16);
+    CK(launch_paged_attention(a, AttnKernel::Prefill, nullptr, 0, sms, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+  }
+  const int64_t m = 14336, k = 4096;
+  void* w = dmalloc(size_t(m * k) * 2);
+  auto* x = static_cast<float*>(dmalloc(size_t(k) * 4));
+  auto* y = static_cast<float*>(dmalloc(size_t(m) * 4));
+  CK(launch_fill_random(DType::BF16, w, m * k, 9, -0.05f, 0.05f, s));
+  CK(launch_fill_random(DType::F32, x, k, 10, -1.0f, 1.0f, s));
+  CK(launch_gemv_bf16(w, x, nullptr, y, 1, m, k, kGemvDefaultVariant, false, s));
+  CK(cudaStreamSynchronize(s));
+  for (void* p : {w, static_cast<void*>(x), static_cast<void*>(y)}) CK(cudaFree(p));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  CK(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, %.1f GiB, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
+              prop.totalGlobalMem / double(1 << 30), prop.l2CacheSize >> 20);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto lt = LtGemm::create();
+  if (!lt.is_ok()) {
+    std::fprintf(stderr, "%s\n", lt.message().c_str());
+    return 1;
+  }
+  const double copy = only == "profile" ? 0.0 : copy_bandwidth(s);
+  if (only.empty() || only == "gemv") bench_gemv(s, copy, **lt);
+  if (only == "profile") {
+    profile_once(s, prop.multiProcessorCount);
+    return 0;
+  }
+  if (only.empty() || only == "decode") bench_decode_attention(s, copy, prop.multiProcessorCount);
+  if (only.empty() || only == "prefill") bench_prefill_attention(s, prop.multiProcessorCount);
+  if (only.empty() || only == "gemm") bench_gemm(s, **lt);
+  CK(cudaStreamDestroy(s));
+  return 0;
+}

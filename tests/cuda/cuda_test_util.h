@@ -1,0 +1,102 @@
+#pragma once
+// Helpers of the CUDA backend-ops tests: one backend for the whole binary, device tensors
+// poisoned with NaN bytes before each op, downloads, and error norms against references.
+#include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
+#include "core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace ember::cuda_test {
+
+inline Backend* backend() {
+  static std::unique_ptr<Backend> be = make_cuda_backend(0);
+  return be.get();
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::ember::cuda_test::backend()) GTEST_SKIP() << "no usable CUDA device"
+
+// A device tensor that owns its buffer.
+struct DevTensor {
+  std::unique_ptr<Buffer> buf;
+  Tensor t;
+};
+
+inline DevTensor dev_tensor(DType dtype, std::initializer_list<int64_t> shape) {
+  DevTensor d;
+  d.t = make_tensor(nullptr, dtype, shape, Device::CUDA);
+  d.buf = backend()->alloc(std::max<size_t>(d.t.nbytes(), 16));
+  d.t.data = d.buf->data();
+  // 0xff bytes are NaN in F32, F16 and BF16: an element the op forgets stays NaN.
+  std::vector<uint8_t> poison(d.t.nbytes(), 0xff);
+  backend()->upload(d.t.data, poison.data(), poison.size());
+  return d;
+}
+
+inline DevTensor dev_floats(const std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  DevTensor d = dev_tensor(DType::F32, shape);
+  EXPECT_EQ(static_cast<size_t>(d.t.numel()), v.size());
+  backend()->upload(d.t.data, v.data(), v.size() * sizeof(float));
+  return d;
+}
+
+inline std::vector<float> download_floats(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  backend()->download(v.data(), t.data, v.size() * sizeof(float));
+  return v;
+}
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline float round_to(DType t, float x) {
+  if (t == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
+  if (t == DType::F16) return f16_to_f32(f32_to_f16(x));
+  return x;
+}
+
+// Encodes floats as F32 / F16 / BF16 bytes.
+inline std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * (t == DType::F32 ? 4 : 2));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t h = t == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+// ||got - ref|| / ||ref||, and a failure for any non-finite output.
+inline double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double num = 0.0, den = 0.0;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++bad;
+      continue;
+    }
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  EXPECT_EQ(bad, 0u) << "non-finite outputs (unwritten or NaN)";
+  if (bad) return INFINITY;
+  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace ember::cuda_test

@@ -1,0 +1,244 @@
+// Paged attention on the GPU against a double-precision reference: decode (split-K, GQA
+// packing), prefill (tiled, tensor cores) and the fallback kernel, on mixed batches of odd
+// sequence lengths, odd block sizes, sliding windows and soft-capping.
+#include "backend/cuda/attention.cuh"
+#include "cuda_test_util.h"
+
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <numeric>
+
+namespace ember::cuda_test {
+namespace {
+
+struct Seq {
+  int n_new;
+  int len;
+};
+
+struct AttnCase {
+  int n_heads, n_kv, head_dim, block_size;
+  DType kv;
+  std::vector<Seq> seqs;
+  int window = 0;
+  float softcap = 0.0f;
+};
+
+// -1: through Backend::attention (Auto); otherwise a forced kernel (and split count).
+struct Run {
+  int kind;  // cuda::AttnKernel value or -1
+  int splits = 0;
+  int stages = 0;
+  int warps = 0;
+};
+
+class AttnProblem {
+ public:
+  AttnProblem(const AttnCase& c, uint32_t seed) : c_(c) {
+    const int n_seqs = static_cast<int>(c.seqs.size());
+    qs_.push_back(0);
+    for (const auto& s : c.seqs) {
+      qs_.push_back(qs_.back() + s.n_new);
+      lens_.push_back(s.len);
+      max_blocks_ = std::max(max_blocks_, (s.len + c.block_size - 1) / c.block_size);
+    }
+    n_tokens_ = qs_.back();
+    int total_blocks = 0;
+    for (const auto& s : c.seqs) total_blocks += (s.len + c.block_size - 1) / c.block_size;
+    n_blocks_ = total_blocks + 3;  // spare blocks nobody reads
+    std::vector<int32_t> perm(n_blocks_);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(seed);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    tables_.assign(static_cast<size_t>(n_seqs) * max_blocks_, 0);
+    int next = 0;
+    for (int s = 0; s < n_seqs; ++s)
+      for (int b = 0; b < (c.seqs[s].len + c.block_size - 1) / c.block_size; ++b)
+        tables_[s * max_blocks_ + b] = perm[next++];
+    const int64_t cache_elems = int64_t{n_blocks_} * c.block_size * c.n_kv * c.head_dim;
+    k_ = random_floats(cache_elems, seed + 1);
+    v_ = random_floats(cache_elems, seed + 2);
+    for (auto& x : k_) x = round_to(c.kv, x);
+    for (auto& x : v_) x = round_to(c.kv, x);
+    q_ = random_floats(static_cast<size_t>(n_tokens_) * c.n_heads * c.head_dim, seed + 3, -4.0f, 4.0f);
+    dk_ = dev_tensor(c.kv, {n_blocks_, c.block_size, c.n_kv, c.head_dim});
+    dv_ = dev_tensor(c.kv, {n_blocks_, c.block_size, c.n_kv, c.head_dim});
+    const auto kb = encode(c.kv, k_), vb = encode(c.kv, v_);
+    backend()->upload(dk_.t.data, kb.data(), kb.size());
+    backend()->upload(dv_.t.data, vb.data(), vb.size());
+    dq_ = dev_floats(q_, {n_tokens_, c.n_heads, c.head_dim});
+    reference();
+  }
+
+  // Runs one kernel choice and returns the error against the reference.
+  double run(const Run& r) {
+    const auto& c = c_;
+    DevTensor out = dev_tensor(DType::F32, {n_tokens_, c.n_heads, c.head_dim});
+    KvLayer kv{dk_.t, dv_.t, nullptr, nullptr, c.block_size};
+    AttentionParams p;
+    p.n_heads = c.n_heads;
+    p.n_kv_heads = c.n_kv;
+    p.head_dim = c.head_dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    p.sliding_window = c.window;
+    p.logit_softcap = c.softcap;
+    const int n_seqs = static_cast<int>(c.seqs.size());
+    if (r.kind < 0) {
+      AttentionBatch b{n_seqs, qs_.data(), lens_.data(), tables_.data(), max_blocks_};
+      backend()->attention(dq_.t, kv, b, p, out.t);
+    } else {
+      // Direct launch with device metadata, covering every sequence with one kernel.
+      std::vector<int32_t> meta;
+      meta.insert(meta.end(), qs_.begin(), qs_.end());
+      meta.insert(meta.end(), lens_.begin(), lens_.end());
+      meta.insert(meta.end(), tables_.begin(), tables_.end());
+      for (int s = 0; s < n_seqs; ++s) meta.push_back(s);
+      auto dm = backend()->alloc(meta.size() * sizeof(int32_t));
+      backend()->upload(dm->data(), meta.data(), meta.size() * sizeof(int32_t));
+      const auto* m = static_cast<const int32_t*>(dm->data());
+      cuda::PagedAttnArgs a;
+      a.q = dq_.t.as<float>();
+      a.out = out.t.as<float>();
+      a.k = dk_.t.data;
+      a.v = dv_.t.data;
+      a.kv_type = c.kv;
+      a.query_start = m;
+      a.seq_lens = m + n_seqs + 1;
+      a.block_tables = m + 2 * n_seqs + 1;
+      a.seq_ids = a.block_tables + tables_.size();
+      a.n_launch_seqs = n_seqs;
+      a.max_blocks_per_seq = max_blocks_;
+      a.block_size = c.block_size;
+      a.n_heads = c.n_heads;
+      a.n_kv_heads = c.n_kv;
+      a.head_dim = c.head_dim;
+      a.scale = p.scale;
+      a.softcap = c.softcap;
+      a.window = c.window;
+      for (const auto& s : c.seqs) {
+        a.max_new = std::max(a.max_new, s.n_new);
+        a.max_kv = std::max(a.max_kv, s.len);
+      }
+      a.splits = r.splits;
+      a.stages = r.stages;
+      a.prefill_warps = r.warps;
+      int sms = 0;
+      EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+      const auto kind = static_cast<cuda::AttnKernel>(r.kind);
+      const size_t ws_bytes = cuda::attention_workspace_bytes(a, kind, sms);
+      auto ws = backend()->alloc(std::max<size_t>(ws_bytes, 16));
+      EXPECT_EQ(cuda::launch_paged_attention(a, kind, ws->data(), ws_bytes, sms, nullptr), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    return rel_error(download_floats(out.t), ref_);
+  }
+
+ private:
+  void reference() {
+    const auto& c = c_;
+    const int G = c.n_heads / c.n_kv, D = c.head_dim;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(D)));
+    ref_.assign(q_.size(), 0.0);
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const int n_new = c.seqs[s].n_new, len = c.seqs[s].len;
+      for (int j = 0; j < n_new; ++j) {
+        const int pos = len - n_new + j;
+        const int lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
+        for (int h = 0; h < c.n_heads; ++h) {
+          const float* q = q_.data() + (static_cast<size_t>(qs_[s] + j) * c.n_heads + h) * D;
+          std::vector<double> sc;
+          std::vector<size_t> rows;
+          for (int key = lo; key <= pos; ++key) {
+            const size_t slot = static_cast<size_t>(tables_[s * max_blocks_ + key / c.block_size]) * c.block_size +
+                                key % c.block_size;
+            const size_t off = (slot * c.n_kv + h / G) * D;
+            double d = 0.0;
+            for (int i = 0; i < D; ++i) d += double(q[i]) * k_[off + i];
+            d *= static_cast<float>(scale);
+            if (c.softcap > 0.0f) d = c.softcap * std::tanh(d / c.softcap);
+            sc.push_back(d);
+            rows.push_back(off);
+          }
+          const double mx = *std::max_element(sc.begin(), sc.end());
+          double sum = 0.0;
+          for (auto& x : sc) sum += (x = std::exp(x - mx));
+          double* o = ref_.data() + (static_cast<size_t>(qs_[s] + j) * c.n_heads + h) * D;
+          for (size_t t = 0; t < sc.size(); ++t)
+            for (int i = 0; i < D; ++i) o[i] += sc[t] / sum * v_[rows[t] + i];
+        }
+      }
+    }
+  }
+
+  AttnCase c_;
+  std::vector<int32_t> qs_, lens_, tables_;
+  int max_blocks_ = 0, n_blocks_ = 0, n_tokens_ = 0;
+  std::vector<float> q_, k_, v_;
+  std::vector<double> ref_;
+  DevTensor dk_, dv_, dq_;
+};
+
+constexpr int kAuto = -1;
+constexpr int kDecode = static_cast<int>(cuda::AttnKernel::Decode);
+constexpr int kPrefill = static_cast<int>(cuda::AttnKernel::Prefill);
+constexpr int kSimple = static_cast<int>(cuda::AttnKernel::Simple);
+
+double tolerance(const AttnCase& c, int kind) {
+  const bool mma = kind != kSimple && cuda::attention_mma_supported(c.kv, c.head_dim);
+  if (!mma) return 1e-5;                   // F32 math on the stored values
+  return c.kv == DType::BF16 ? 1.5e-2 : 3e-3;  // Q and P rounded to BF16 / F16 for the MMAs
+}
+
+void check(const AttnCase& c, const std::vector<Run>& runs, uint32_t seed) {
+  AttnProblem prob(c, seed);
+  for (const auto& r : runs) {
+    const double err = prob.run(r);
+    EXPECT_LT(err, tolerance(c, r.kind)) << "kind " << r.kind << " splits " << r.splits << " stages "
+                                         << r.stages << " warps " << r.warps << " kv "
+                                         << dtype_name(c.kv) << " D " << c.head_dim;
+  }
+}
+
+TEST(CudaAttention, DecodeBatchSplitK) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c{8, 2, 128, 16, DType::BF16, {{1, 1}, {1, 17}, {1, 300}, {1, 777}, {1, 1500}}};
+  check(c, {{kAuto}, {kDecode}, {kDecode, 1}, {kDecode, 3}, {kDecode, 0, 3}, {kDecode, 5, 3}, {kSimple},
+            {kPrefill}}, 1);
+}
+
+TEST(CudaAttention, MixedBatchF16Dim64) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c{8, 2, 64, 16, DType::F16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}};
+  check(c, {{kAuto}, {kDecode}, {kDecode, 0, 3}, {kPrefill}, {kPrefill, 0, 2, 4}, {kPrefill, 0, 2, 8},
+            {kSimple}}, 2);
+}
+
+TEST(CudaAttention, SlidingWindowAndSoftcap) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c{8, 2, 128, 16, DType::BF16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}, 100, 30.0f};
+  check(c, {{kAuto}, {kDecode}, {kDecode, 5}, {kDecode, 2, 3}, {kPrefill}, {kPrefill, 0, 2, 4},
+            {kSimple}}, 3);
+}
+
+TEST(CudaAttention, MultiHeadOddBlockSize) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c{4, 4, 64, 7, DType::BF16, {{1, 50}, {70, 70}, {2, 130}}};
+  check(c, {{kAuto}, {kDecode}, {kDecode, 0, 3}, {kPrefill}, {kPrefill, 0, 2, 4}, {kSimple}}, 4);
+}
+
+TEST(CudaAttention, GroupOf8F16) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c{16, 2, 128, 32, DType::F16, {{2, 600}, {1, 33}, {65, 65}}};
+  check(c, {{kAuto}, {kDecode}, {kPrefill}, {kPrefill, 0, 2, 4}}, 5);
+}
+
+TEST(CudaAttention, FallbackF32AndOddHeadDim) {
+  SKIP_WITHOUT_GPU();
+  for (DType kv : {DType::F32, DType::BF16}) {
+    AttnCase c{6, 3, 96, 16, kv, {{1, 100}, {20, 50}}};
+    check(c, {{kAuto}, {kSimple}}, 6);
+  }
+}
+
+}  // namespace
+}  // namespace ember::cuda_test
