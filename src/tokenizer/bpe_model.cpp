@@ -10,60 +10,78 @@
 
 namespace ember::tok {
 
-Result<std::unique_ptr<BpeModel>> BpeModel::create(VocabMap vocab,
+Result<std::unique_ptr<BpeModel>> BpeModel::create(TokenIndex vocab,
                                                    const std::vector<std::pair<std::string, std::string>>& merges,
+                                                   BpeOptions options) {
+  std::vector<MergeIds> ids;
+  ids.reserve(merges.size());
+  std::string joined;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const auto& [a, b] = merges[i];
+    int32_t ia = vocab.find(a), ib = vocab.find(b);
+    if (ia < 0 || ib < 0)
+      return Status::errorf("merge {} ('{}' '{}') names a token that is not in the vocabulary", i, a, b);
+    joined = a;
+    joined += b;
+    int32_t in = vocab.find(joined);
+    if (in < 0) return Status::errorf("merge {} ('{}' '{}') makes '{}', which is not in the vocabulary", i, a, b, joined);
+    ids.push_back({ia, ib, in});
+  }
+  return create(std::move(vocab), ids, std::move(options));
+}
+
+Result<std::unique_ptr<BpeModel>> BpeModel::create(TokenIndex vocab, const std::vector<MergeIds>& merges,
                                                    BpeOptions options) {
   std::unique_ptr<BpeModel> m(new BpeModel());
   int32_t max_id = -1;
-  for (const auto& [tok, id] : vocab) {
-    if (id < 0) return Status::errorf("negative id {} for token '{}'", id, tok);
-    max_id = std::max(max_id, id);
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    if (vocab.id_at(i) < 0) return Status::errorf("negative id {} for token '{}'", vocab.id_at(i), vocab.token_at(i));
+    max_id = std::max(max_id, vocab.id_at(i));
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->has_id_.assign(static_cast<size_t>(max_id + 1), false);
-  for (const auto& [tok, id] : vocab) {
+  m->bmp_char_ids_.assign(0x10000, -1);
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const std::string& tok = vocab.token_at(i);
+    const int32_t id = vocab.id_at(i);
     m->id_to_token_[id] = tok;
     m->has_id_[id] = true;
     size_t pos = 0;
     if (!tok.empty() && is_valid_utf8(tok)) {
       char32_t cp = next_code_point(tok, pos);
-      if (pos == tok.size()) m->char_ids_[cp] = id;
+      if (pos == tok.size()) {
+        if (cp < 0x10000) {
+          m->bmp_char_ids_[cp] = id;
+        } else {
+          m->char_ids_[cp] = id;
+        }
+      }
     }
   }
   m->vocab_ = std::move(vocab);
   const ByteLevelMap& bl = ByteLevelMap::get();
   for (int b = 0; b < 256; ++b) {
-    auto c = m->vocab_.find(bl.encode_byte(static_cast<unsigned char>(b)));
-    m->byte_char_ids_[b] = c == m->vocab_.end() ? -1 : c->second;
-    auto f = m->vocab_.find(fmt::format("<0x{:02X}>", b));
-    m->byte_fallback_ids_[b] = f == m->vocab_.end() ? -1 : f->second;
+    m->byte_char_ids_[b] = m->vocab_.find(bl.encode_byte(static_cast<unsigned char>(b)));
+    m->byte_fallback_ids_[b] = m->vocab_.find(fmt::format("<0x{:02X}>", b));
   }
   m->merges_.reserve(merges.size());
-  std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
-    const auto& [a, b] = merges[i];
-    auto ia = m->vocab_.find(a), ib = m->vocab_.find(b);
-    if (ia == m->vocab_.end() || ib == m->vocab_.end())
-      return Status::errorf("merge {} ('{}' '{}') names a token that is not in the vocabulary", i, a, b);
-    joined = a;
-    joined += b;
-    auto in = m->vocab_.find(joined);
-    if (in == m->vocab_.end())
-      return Status::errorf("merge {} ('{}' '{}') makes '{}', which is not in the vocabulary", i, a, b, joined);
-    m->merges_.put(ia->second, ib->second, MergeInfo{static_cast<int32_t>(i), in->second});
+    const MergeIds& g = merges[i];
+    if (g.left < 0 || g.right < 0 || g.merged < 0) return Status::errorf("merge {} has a negative id", i);
+    m->merges_.put(g.left, g.right, MergeInfo{static_cast<int32_t>(i), g.merged});
   }
   if (options.unk_token) {
-    auto u = m->vocab_.find(*options.unk_token);
-    if (u != m->vocab_.end()) m->unk_id_ = u->second;
+    int32_t u = m->vocab_.find(*options.unk_token);
+    if (u >= 0) m->unk_id_ = u;
   }
   m->options_ = std::move(options);
   return m;
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  int32_t id = vocab_.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -114,9 +132,14 @@ void BpeModel::initial_symbols(const Piece& word, std::vector<int32_t>& ids, std
   while (pos < t.size()) {
     size_t begin = pos;
     char32_t cp = next_code_point(t, pos);
-    auto it = char_ids_.find(cp);
-    if (it != char_ids_.end()) {
-      ids.push_back(it->second);
+    int32_t id = -1;
+    if (cp < 0x10000) {
+      id = bmp_char_ids_[cp];
+    } else if (auto it = char_ids_.find(cp); it != char_ids_.end()) {
+      id = it->second;
+    }
+    if (id >= 0) {
+      ids.push_back(id);
       lens.push_back(static_cast<uint32_t>(pos - begin));
       prev_unk = false;
     } else {
@@ -192,8 +215,8 @@ void BpeModel::encode_word(const Piece& word, std::vector<int32_t>& out) const {
   std::vector<int32_t> ids;
   if (options_.ignore_merges) {
     // A word that is itself a token is taken whole (Llama 3), merges or not.
-    auto it = word.byte_level ? vocab_.find(ByteLevelMap::get().encode(word.text)) : vocab_.find(word.text);
-    if (it != vocab_.end()) ids.push_back(it->second);
+    int32_t id = word.byte_level ? vocab_.find(ByteLevelMap::get().encode(word.text)) : vocab_.find(word.text);
+    if (id >= 0) ids.push_back(id);
   }
   if (ids.empty()) {
     std::vector<uint32_t> lens;

@@ -5,6 +5,7 @@
 #include "core/status.h"
 #include "tokenizer/pair_map.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/token_index.h"
 
 #include <array>
 #include <cstdint>
@@ -23,7 +24,11 @@ struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
-using VocabMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// A merge of two tokens into a third, by id.
+struct MergeIds {
+  int32_t left, right, merged;
+};
 
 struct BpeOptions {
   std::optional<std::string> unk_token;
@@ -36,8 +41,10 @@ class BpeModel {
  public:
   // vocab: token -> id; merges in rank order (rank = index). Errors when a merge names a token
   // that is not in the vocabulary, as HF does.
-  static Result<std::unique_ptr<BpeModel>> create(VocabMap vocab,
+  static Result<std::unique_ptr<BpeModel>> create(TokenIndex vocab,
                                                   const std::vector<std::pair<std::string, std::string>>& merges,
+                                                  BpeOptions options);
+  static Result<std::unique_ptr<BpeModel>> create(TokenIndex vocab, const std::vector<MergeIds>& merges,
                                                   BpeOptions options);
 
   // Appends the ids of one pre-tokenized word.
@@ -55,13 +62,14 @@ class BpeModel {
   void initial_symbols(const Piece& word, std::vector<int32_t>& ids, std::vector<uint32_t>& lens) const;
   void merge(std::vector<int32_t>& ids, std::vector<uint32_t>& lens) const;
 
-  VocabMap vocab_;
+  TokenIndex vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   PairMap merges_;
   BpeOptions options_;
   std::optional<int32_t> unk_id_;
-  std::unordered_map<char32_t, int32_t> char_ids_;  // single-code-point tokens
+  std::vector<int32_t> bmp_char_ids_;                // single-code-point tokens below U+10000, or -1
+  std::unordered_map<char32_t, int32_t> char_ids_;  // the others
   std::array<int32_t, 256> byte_char_ids_{};        // byte-level character of each byte, or -1
   std::array<int32_t, 256> byte_fallback_ids_{};    // <0xNN>, or -1
 

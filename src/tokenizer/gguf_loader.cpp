@@ -116,12 +116,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf_metadata(const json& md)
       if (byte_level && !in_byte_alphabet(t)) t = bl.encode(t);
       if (gemma) t = gemma_respell(t);
     }
-    VocabMap vocab;
+    TokenIndex vocab;
     vocab.reserve(n);
-    for (size_t i = 0; i < n; ++i) vocab[tokens[i]] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < n; ++i) vocab.put(tokens[i], static_cast<int32_t>(i));
 
     std::vector<std::pair<std::string, std::string>> merges;
-    if (md.contains("tokenizer.ggml.merges")) {
+    std::vector<MergeIds> merge_ids;
+    const bool has_merges = md.contains("tokenizer.ggml.merges");
+    if (has_merges) {
       auto fm = file_merges(md);
       if (!fm) return fm.status();
       merges = std::move(fm).value();
@@ -138,7 +140,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf_metadata(const json& md)
         if (js.size() != n) return Status::error("tokenizer.ggml.scores missing or of the wrong length");
         for (size_t i = 0; i < n; ++i) scores[i] = js[i].get<double>();
       }
-      merges = generate_merges(tokens, scores, vocab, descending);
+      merge_ids = generate_merges(tokens, scores, vocab, descending);
     }
 
     TokenizerParts parts;
@@ -151,7 +153,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf_metadata(const json& md)
         opt.unk_token = unk && *unk >= 0 && static_cast<size_t>(*unk) < n ? file_tokens[*unk] : "<unk>";
       }
     }
-    auto model = BpeModel::create(std::move(vocab), merges, std::move(opt));
+    auto model = has_merges ? BpeModel::create(std::move(vocab), merges, std::move(opt))
+                            : BpeModel::create(std::move(vocab), merge_ids, std::move(opt));
     if (!model) return model.status().with_context("GGUF tokenizer");
     parts.model = std::move(model).value();
 

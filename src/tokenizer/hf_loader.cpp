@@ -43,8 +43,9 @@ Result<std::unique_ptr<BpeModel>> load_bpe(const json& m) {
     if (m.contains(key) && m[key].is_string() && !m[key].get<std::string>().empty())
       return Status::errorf("BPE with {} is not supported", key);
   }
-  VocabMap vocab;
-  for (const auto& [tok, id] : m.at("vocab").items()) vocab[tok] = id.get<int32_t>();
+  TokenIndex vocab;
+  vocab.reserve(m.at("vocab").size());
+  for (const auto& [tok, id] : m.at("vocab").items()) vocab.put(tok, id.get<int32_t>());
   std::vector<std::pair<std::string, std::string>> merges;
   for (const auto& mg : m.value("merges", json::array())) {
     if (mg.is_string()) {

@@ -14,8 +14,7 @@ namespace ember::tok {
 // score, as a Python dict does); vocab maps token -> id. Merges are sorted by (score, length of
 // the left part, length of the right part), descending or ascending, ties kept in vocabulary
 // order and then by (left id, right id).
-std::vector<std::pair<std::string, std::string>> generate_merges(const std::vector<std::string>& tokens,
-                                                                 const std::vector<double>& scores,
-                                                                 const VocabMap& vocab, bool descending);
+std::vector<MergeIds> generate_merges(const std::vector<std::string>& tokens, const std::vector<double>& scores,
+                                      const TokenIndex& vocab, bool descending);
 
 }  // namespace ember::tok
