@@ -1,6 +1,6 @@
 #pragma once
 // Scheduler: continuous batching over a paged KV cache. Each step spends one token budget on
-// running sequences first (decodes and the next chunk of partly prefilled prompts), then admits
+// running sequences first (decodes, then the next chunks of partly prefilled prompts), then admits
 // waiting ones through the prefix cache, chunking prompts to fit. When blocks run out it
 // preempts the newest (FCFS) or least important (priority) running sequence: its blocks are
 // freed and it is recomputed later. Single-threaded; the engine drives it:

@@ -45,38 +45,43 @@ void Scheduler::preempt(SeqId seq, SchedulerOutput& out) {
 }
 
 void Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
-  size_t i = 0;
-  while (i < running_.size() && budget > 0) {
-    const SeqId seq = running_[i];
+  // Decodes first, then the next chunks of partly prefilled prompts, each group in admission
+  // order: a long prompt in progress must never starve the decodes behind it.
+  std::vector<SeqId> order;
+  order.reserve(running_.size());
+  for (SeqId seq : running_)
+    if (req(seq).num_tokens() - req(seq).num_computed_tokens <= 1) order.push_back(seq);
+  for (SeqId seq : running_)
+    if (req(seq).num_tokens() - req(seq).num_computed_tokens > 1) order.push_back(seq);
+
+  for (SeqId seq : order) {
+    if (budget <= 0) break;
     Request& r = req(seq);
+    if (r.status != RequestStatus::kRunning) continue;  // preempted earlier in this loop
     int n_new = r.num_tokens() - r.num_computed_tokens;
     if (config_.long_prefill_token_threshold > 0)
       n_new = std::min(n_new, config_.long_prefill_token_threshold);
     n_new = std::min(n_new, budget);
-    if (n_new <= 0) {
-      ++i;
-      continue;
-    }
+    if (n_new <= 0) continue;
     bool allocated = false;
     while (!allocated) {
       allocated = kv_.allocate_slots(seq, r.num_computed_tokens, n_new, nullptr, out.block_copies);
       if (allocated) break;
       const SeqId victim = pick_victim();
-      // Under the priority policy the victim may already be scheduled this step: undo that.
-      // (Block copies recorded for it stay; copying into a block nobody reads is harmless.)
+      // The victim may already be scheduled this step: undo that. (Block copies recorded for
+      // it stay; copying into a block nobody reads is harmless.)
       auto it = std::find_if(out.seqs.begin(), out.seqs.end(),
-                             [victim](const ScheduledSeq& s) { return s.seq_id == victim; });
+                              [victim](const ScheduledSeq& s) { return s.seq_id == victim; });
       if (it != out.seqs.end()) {
         budget += it->n_new_tokens;
         out.seqs.erase(it);
       }
       preempt(victim, out);
-      if (victim == seq) break;
+      if (victim == seq) break;  // nothing less important is left to free blocks for it
     }
-    if (!allocated) break;  // it preempted itself: nothing older can be freed for it
+    if (!allocated) continue;
     out.seqs.push_back({seq, n_new, r.num_computed_tokens, false});
     budget -= n_new;
-    i = static_cast<size_t>(std::find(running_.begin(), running_.end(), seq) - running_.begin()) + 1;
   }
 }
 
