@@ -130,7 +130,7 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       best = std::max(best, gbs);
       char note[96];
       std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
-                    v == kGemvDefaultVariant ? ", default" : "");
+                    v == gemv_pick_variant(1, sh.k) ? ", backend pick" : "");
       result("gemv", std::string("ember bf16 v") + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
                          std::to_string(kGemvVariants[v].rows_per_warp) + "r x" +
                          std::to_string(kGemvVariants[v].unroll) + ") " + shape,

@@ -15,7 +15,7 @@ constexpr int kTileKeys = 64;     // keys per shared-memory tile
 constexpr int kDecodeRows = 16;   // packed query rows per decode block (one m16 tile)
 constexpr int kDecodeWarps = 4;   // decode: the warps split each key tile
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kDefaultDecodeStages = 2;
+constexpr int kDefaultDecodeStages = 3;
 constexpr int kDefaultPrefillWarps = 8;
 constexpr int kDefaultPrefillStages = 2;
 
@@ -460,16 +460,16 @@ cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, 
   }
 }
 
-// Split count for decode: about two waves of two resident blocks per SM (measured on an
-// H200: fewer, longer blocks beat many short ones, whose start-up latency is not hidden),
-// and at least 4 tiles per split so the merge stays a small fraction of the traffic.
+// Split count for decode: about one wave of two resident blocks per SM (measured on an H200
+// with 3 stages: fewer, longer blocks beat many short ones, whose start-up latency is not
+// hidden), and at least 4 tiles per split so the merge stays a small part of the traffic.
 void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* splits, int* split_len) {
   const int group = a.n_heads / a.n_kv_heads;
   *row_tiles = std::max(1, (a.max_new * group + kDecodeRows - 1) / kDecodeRows);
   const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads * *row_tiles);
   const int max_kv = std::max(1, a.max_kv);
   const int max_splits = std::max(1, (max_kv + 4 * kTileKeys - 1) / (4 * kTileKeys));
-  int s = a.splits > 0 ? a.splits : (num_sms * 4 + base - 1) / base;
+  int s = a.splits > 0 ? a.splits : (num_sms * 2 + base - 1) / base;
   s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
   const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
   const int len = (tiles + s - 1) / s * kTileKeys;

@@ -304,7 +304,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (w.dtype == DType::BF16 && n <= cuda::kGemvMaxBatch &&
       cuda::gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
     EMBER_CUDA_CHECK(cuda::launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
-                                            m, k, cuda::gemv_pick_variant(m, k), /*pdl=*/true, stream_));
+                                            m, k, cuda::gemv_pick_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
     return;
   }
   const void* xin = x.data;

@@ -27,14 +27,14 @@ __device__ __forceinline__ float dot8(uint4 w, float4 x0, float4 x1) {
   return s;
 }
 
-template <int N, int R, int U>
+template <int N, int R, int U, bool kSmemX>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_kernel(const uint16_t* __restrict__ w, const float* __restrict__ x,
                      const float* __restrict__ bias, float* __restrict__ out, int64_t m,
                      int64_t k) {
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (blockIdx.x * int64_t{kWarps} + threadIdx.x / 32) * R;
-  if (row0 >= m) return;
+  if (!kSmemX && row0 >= m) return;  // (with x in shared memory every warp reaches the barrier)
   const int64_t k8 = k / 8;  // 16-byte chunks per row
   const uint4* wr[R];
 #pragma unroll
@@ -64,6 +64,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   load(lane);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // no-op without a dependency
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  extern __shared__ float4 s_x[];  // [N * k / 4] when kSmemX
+  if constexpr (kSmemX) {
+    const float4* xg = reinterpret_cast<const float4*>(x);
+    for (int64_t i = threadIdx.x; i < N * k / 4; i += blockDim.x) s_x[i] = xg[i];
+    __syncthreads();
+  }
   for (int64_t base = lane; base < k8; base += 32 * U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -71,8 +77,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (idx < k8) {
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          const float4* xp = reinterpret_cast<const float4*>(x + j * k) + idx * 2;
-          const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+          float4 x0, x1;
+          if constexpr (kSmemX) {
+            x0 = s_x[(j * k) / 4 + idx * 2];
+            x1 = s_x[(j * k) / 4 + idx * 2 + 1];
+          } else {
+            const float4* xp = reinterpret_cast<const float4*>(x + j * k) + idx * 2;
+            x0 = __ldg(xp);
+            x1 = __ldg(xp + 1);
+          }
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[r][j] += dot8(wv[r][u], x0, x1);
         }
@@ -89,20 +102,29 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
-template <int N, int R, int U>
+template <int N, int R, int U, bool kSmemX>
 cudaError_t launch(const void* w, const float* x, const float* bias, float* out, int64_t m,
                    int64_t k, bool pdl, cudaStream_t stream) {
   const int64_t tasks = (m + R - 1) / R;
+  const size_t smem = kSmemX ? static_cast<size_t>(N * k) * sizeof(float) : 0;
+  if (kSmemX) {
+    if (static_cast<int64_t>(smem) > kGemvMaxSmemX) return cudaErrorInvalidValue;
+    const cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<N, R, U, kSmemX>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((tasks + kWarps - 1) / kWarps));
   cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_bf16_kernel<N, R, U>,
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_bf16_kernel<N, R, U, kSmemX>,
                                            static_cast<const uint16_t*>(w), x, bias, out, m, k);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -114,11 +136,15 @@ cudaError_t launch_n(int variant, const void* w, const float* x, const float* bi
   static_assert(kGemvVariants[1].rows_per_warp == 2 && kGemvVariants[1].unroll == 4);
   static_assert(kGemvVariants[2].rows_per_warp == 4 && kGemvVariants[2].unroll == 4);
   static_assert(kGemvVariants[3].rows_per_warp == 2 && kGemvVariants[3].unroll == 8);
+  static_assert(kGemvVariants[4].rows_per_warp == 1 && kGemvVariants[4].unroll == 8);
+  static_assert(kGemvVariants[5].rows_per_warp == 2 && kGemvVariants[5].unroll == 4);
   switch (variant) {
-    case 0: return launch<N, 1, 8>(w, x, bias, out, m, k, pdl, stream);
-    case 1: return launch<N, 2, 4>(w, x, bias, out, m, k, pdl, stream);
-    case 2: return launch<N, 4, 4>(w, x, bias, out, m, k, pdl, stream);
-    case 3: return launch<N, 2, 8>(w, x, bias, out, m, k, pdl, stream);
+    case 0: return launch<N, 1, 8, false>(w, x, bias, out, m, k, pdl, stream);
+    case 1: return launch<N, 2, 4, false>(w, x, bias, out, m, k, pdl, stream);
+    case 2: return launch<N, 4, 4, false>(w, x, bias, out, m, k, pdl, stream);
+    case 3: return launch<N, 2, 8, false>(w, x, bias, out, m, k, pdl, stream);
+    case 4: return launch<N, 1, 8, true>(w, x, bias, out, m, k, pdl, stream);
+    case 5: return launch<N, 2, 4, true>(w, x, bias, out, m, k, pdl, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -13,12 +13,19 @@ struct GemvVariant {
   int rows_per_warp;
   int unroll;
 };
-constexpr int kGemvNumVariants = 4;
-constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4}, {2, 8}};
+// Variants 4 and 5 stage x in shared memory (F32, n * k * 4 bytes <= kGemvMaxSmemX) instead of
+// reading it through L1 next to the streaming weights.
+constexpr int kGemvNumVariants = 6;
+constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4}, {2, 8}, {1, 8}, {2, 4}};
+constexpr int64_t kGemvMaxSmemX = 96 * 1024;
 constexpr int kGemvDefaultVariant = 1;
-// The variant measured fastest on an H200 for this shape (long rows prefer one row per warp
-// with 8 loads in flight; rows of <= 8192 two rows with 4).
-inline int gemv_pick_variant(int64_t m, int64_t k) { return k > 8192 ? 0 : kGemvDefaultVariant; }
+// The variant measured fastest on an H200 for this shape: x staged in shared memory when it
+// fits (2 rows per warp, 4 loads in flight); otherwise long rows prefer one row per warp with
+// 8 loads in flight, rows of <= 8192 two rows with 4.
+inline int gemv_pick_variant(int n, int64_t k) {
+  if (static_cast<int64_t>(n) * k * 4 <= kGemvMaxSmemX) return 5;
+  return k > 8192 ? 0 : kGemvDefaultVariant;
+}
 constexpr int kGemvMaxBatch = 4;
 
 // True when launch_gemv_bf16 handles this problem: n <= kGemvMaxBatch, k % 8 == 0, and
