@@ -128,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
                       WorkloadConfig{3, 26, 32, 5, 6, true, SchedulerPolicy::kPriority},
                       WorkloadConfig{4, 28, 12, 3, 16, false, SchedulerPolicy::kFcfs},
                       WorkloadConfig{5, 40, 64, 0, 16, true, SchedulerPolicy::kPriority},
-                      WorkloadConfig{6, 25, 5, 2, 4, true, SchedulerPolicy::kFcfs}));
+                      WorkloadConfig{6, 25, 5, 2, 4, true, SchedulerPolicy::kFcfs}),
+    [](const ::testing::TestParamInfo<WorkloadConfig>& p) { return fmt::format("seed{}", p.param.seed); });
 
 }  // namespace
 }  // namespace ember::testing

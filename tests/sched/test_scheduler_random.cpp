@@ -109,7 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Sched, SchedulerRandom,
                                            Case{3, 14, 24, 4, true, false, SchedulerPolicy::kPriority},
                                            Case{4, 18, 32, 0, false, true, SchedulerPolicy::kFcfs},
                                            Case{5, 40, 64, 0, true, true, SchedulerPolicy::kPriority},
-                                           Case{6, 11, 3, 1, true, true, SchedulerPolicy::kFcfs}));
+                                           Case{6, 11, 3, 1, true, true, SchedulerPolicy::kFcfs}),
+                         [](const ::testing::TestParamInfo<Case>& p) { return fmt::format("seed{}", p.param.seed); });
 
 }  // namespace
 }  // namespace ember::testing
