@@ -76,14 +76,15 @@ def llama_bins() -> Path:
 
 
 def llama_version(bins: Path) -> str:
-    built = bins.parents[1] / ".built"
+    root = bins.parents[1]
+    built = root / ".built"
     first = built.read_text().splitlines()[0] if built.exists() else "llama-cpp-python ?"
+    cm = root / "src" / "ggml" / "CMakeLists.txt"
     ggml = "?"
-    cache = bins.parent / "CMakeCache.txt"
-    if cache.exists():
-        m = re.search(r"GGML_VERSION[^=]*=(\S+)", cache.read_text())
-        ggml = m.group(1) if m else ggml
-    return f"{first} (vendored llama.cpp; ggml {ggml})"
+    if cm.exists():
+        v = dict(re.findall(r"set\(GGML_VERSION_(MAJOR|MINOR|PATCH) (\d+)\)", cm.read_text()))
+        ggml = f"{v.get('MAJOR')}.{v.get('MINOR')}.{v.get('PATCH')}"
+    return f"{first} (its vendored llama.cpp; ggml {ggml}; no git commit in the sdist)"
 
 
 def cpu_info() -> dict:
@@ -187,7 +188,8 @@ def perplexity(bins: Path, model: Path, kl_base: Path | None) -> dict:
     lines = [ln for ln in out.splitlines() if ln.startswith("[1]")]
     chunks = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+)", lines[-1])] if lines else []
     meta = re.search(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+)", out)
-    res = {"command": " ".join(cmd).replace(str(REPO) + "/", "").replace(str(model), "MODEL"),
+    res = {"command": " ".join(cmd).replace(str(REPO) + "/", "").replace(str(model), "MODEL")
+                                   .replace(str(bins) + "/", ""),
            "ctx": CTX, "n_chunks": int(meta.group(1)) if meta else None,
            "ppl": float(final.group(1)), "ppl_stderr": float(final.group(2)),
            "running_ppl_by_chunk": chunks}
