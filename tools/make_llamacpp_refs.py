@@ -17,9 +17,10 @@ token ids and pre-sampling log-probabilities; perplexity through llama-perplexit
     python3 tools/make_llamacpp_refs.py                       # gemma3-270m-q4_k_m
     python3 tools/make_llamacpp_refs.py --model smollm2-135m-instruct-q4_1 --model ...
     python3 tools/make_llamacpp_refs.py --kl-base             # also save llama.cpp's full
-        # log-probabilities of the text (llama-perplexity --kl-divergence-base) into the cache
+        # log-probabilities of the first 4 chunks of the text (llama-perplexity
+        # --kl-divergence-base, decoded) as .npy [n_scored, n_vocab] into the model's cache folder
 
-Stdlib only. Needs scripts/get-models.sh and bench/peer/build-llamacpp.sh to have run (they are
+Stdlib only (numpy for --kl-base). Needs scripts/get-models.sh and bench/peer/build-llamacpp.sh to have run (they are
 called when needed).
 """
 from __future__ import annotations
@@ -174,11 +175,13 @@ def greedy(srv: Server, prompt: str) -> dict:
             "stop_type": r.get("stop_type"), "top_logprobs": steps}
 
 
-def perplexity(bins: Path, model: Path, kl_base: Path | None) -> dict:
+def perplexity(bins: Path, model: Path, kl_base: Path | None = None, chunks: int = 0) -> dict:
     cmd = [str(bins / "llama-perplexity"), "-m", str(model), "-f", str(TEXT), "-c", str(CTX),
            "-b", str(CTX), "-t", str(THREADS)]
     if kl_base:
         cmd += ["--kl-divergence-base", str(kl_base)]
+    if chunks:
+        cmd += ["--chunks", str(chunks)]
     log("running " + " ".join(cmd))
     r = sh(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = r.stdout
@@ -193,9 +196,36 @@ def perplexity(bins: Path, model: Path, kl_base: Path | None) -> dict:
            "ctx": CTX, "n_chunks": int(meta.group(1)) if meta else None,
            "ppl": float(final.group(1)), "ppl_stderr": float(final.group(2)),
            "running_ppl_by_chunk": chunks}
-    if kl_base:
-        res["kl_divergence_base"] = str(kl_base)
     return res
+
+
+def kl_base_npy(bins: Path, model: Path, name: str, chunks: int) -> dict:
+    """llama.cpp's log-probabilities of the scored rows of the first `chunks` chunks of the text
+    (llama-perplexity --kl-divergence-base, decoded) as float32 .npy [n_scored, n_vocab] beside
+    the model, the shape ember's `perplexity --kl-base` reads. Needs numpy."""
+    import numpy as np
+    out = model.with_name(f"llamacpp-logprobs.{TEXT.stem}.c{CTX}.chunks{chunks}.npy")
+    raw = model.with_name(out.stem + ".bin")
+    ppl = perplexity(bins, model, raw, chunks)
+    buf = raw.read_bytes()
+    assert buf[:8] == b"_logits_", "unexpected --kl-divergence-base header"
+    n_ctx, n_vocab, n_chunk = np.frombuffer(buf, np.int32, 3, 8)
+    off = 8 + 12 + 4 * int(n_chunk) * int(n_ctx)
+    nv = 2 * ((int(n_vocab) + 1) // 2) + 4
+    rows = np.frombuffer(buf, np.uint16, offset=off).reshape(-1, nv)
+    head = rows[:, :4].copy().view(np.float32)  # [scale, min_log_prob] per row
+    lp = rows[:, 4:4 + int(n_vocab)].astype(np.float32) * head[:, :1] + head[:, 1:2]
+    np.save(out, lp)
+    raw.unlink()
+    log(f"wrote {out}: {lp.shape}")
+    return {"file": f"$EMBER_MODELS/{name}/{out.name}", "shape": list(lp.shape),
+            "chunks": chunks, "ppl_over_these_chunks": ppl["ppl"],
+            "command": ppl["command"].replace(str(raw), "BASE.bin"),
+            "decoding": "llama.cpp stores per row scale, min_log_prob (float32) and n_vocab uint16 "
+                        "q; log_prob = scale*q + min_log_prob (16-nat range below the max, "
+                        "lower values clamped); rows are the scored positions ctx/2..ctx-2 of "
+                        "each chunk in order; compare with `ember perplexity --ctx "
+                        f"{CTX} --chunks {chunks} --kl-base FILE`"}
 
 
 def text_tokens(srv: Server) -> list[int]:
@@ -220,7 +250,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--kl-base", action="store_true",
-                    help="save llama-perplexity --kl-divergence-base beside the model (big)")
+                    help="also save llama.cpp's log-probs of the text as .npy beside the model "
+                         "(needs numpy; hundreds of MB for a 262k vocabulary)")
+    ap.add_argument("--kl-chunks", type=int, default=4, help="chunks in the --kl-base file (4)")
     a = ap.parse_args()
     models = a.model or ["gemma3-270m-q4_k_m"]
     bins = llama_bins()
@@ -228,11 +260,10 @@ def main() -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     for name in models:
         path = model_path(name)
-        kl = path.with_name(path.stem + f".kl-base.ruth8k.c{CTX}.bin") if a.kl_base else None
         with Server(bins, path) as srv:
             gens = [greedy(srv, p) for p in PROMPTS]
             toks = text_tokens(srv)
-        ppl = perplexity(bins, path, kl)
+        ppl = perplexity(bins, path)
         n_chunks = len(toks) // CTX
         ppl["scoring"] = (
             "llama-perplexity (no --ppl-stride): the text is tokenized once with BOS; chunk i is "
@@ -261,6 +292,8 @@ def main() -> int:
                           "sha256": sha256_file(TEXT), "n_tokens": len(toks), "token_ids": toks},
             "perplexity": ppl,
         }
+        if a.kl_base:
+            fixture["kl_base"] = kl_base_npy(bins, path, name, a.kl_chunks)
         out = OUT_DIR / f"{name}.json"
         out.write_text(dumps(fixture) + "\n")
         log(f"wrote {out}: ppl {ppl['ppl']} over {ppl['n_chunks']} chunks; "

@@ -72,7 +72,8 @@ def llama_bench(bins: Path, model: Path, threads: int, reps: int) -> dict:
     out = {"command": " ".join(cmd)}
     for row in rows:
         key = f"pp{row['n_prompt']}" if row["n_prompt"] else f"tg{row['n_gen']}"
-        out[key] = {"tok_s": row["avg_ts"], "stddev": row["stddev_ts"]}
+        out[key] = {"tok_s": row["avg_ts"], "stddev": row["stddev_ts"],
+                    "best_tok_s": max(row.get("samples_ts") or [row["avg_ts"]])}
         out.setdefault("model_size", row.get("model_size"))
         out.setdefault("model_n_params", row.get("model_n_params"))
         out.setdefault("model_type", row.get("model_type"))
@@ -144,14 +145,16 @@ def main() -> int:
               "llama_cpp": built.read_text().splitlines()[0] if built.exists() else "?",
               "llama_cpp_flags": "Release, GGML_NATIVE=ON (-march=native), OpenMP, CPU backend only",
               "text": str(text.relative_to(REPO)) if text.is_relative_to(REPO) else str(text),
-              "ctx": ctx, "models": []}
+              "ctx": ctx, "loadavg_1m_before": round(os.getloadavg()[0], 2),
+              "note": "other processes share the cores: compare loadavg with the core count",
+              "models": []}
     for m in a.models:
         name, path = resolve_model(m)
         peer = {"bench": llama_bench(bins, path, a.threads, reps)}
         if not a.no_ppl:
             peer["perplexity"] = llama_perplexity(bins, path, text, ctx, a.threads)
         ours = ember_side(path, a.threads, text, ctx, not a.no_ppl)
-        entry = {"name": name, "file": path.name, "size_bytes": path.stat().st_size,
+        entry = {"name": name, "loadavg_1m_after": round(os.getloadavg()[0], 2), "file": path.name, "size_bytes": path.stat().st_size,
                  "llama_cpp": peer, "ember": ours, "ember_over_llama_cpp": ratios(ours, peer)}
         result["models"].append(entry)
         pp, tg = peer["bench"].get("pp512", {}), peer["bench"].get("tg128", {})
@@ -159,8 +162,8 @@ def main() -> int:
         print(f"{name:40s} llama.cpp pp512 {pp.get('tok_s', 0):8.1f} tok/s  "
               f"tg128 {tg.get('tok_s', 0):7.1f} tok/s  ppl {ppl if ppl else '-'}"
               + (f"   ember/llama.cpp {entry['ember_over_llama_cpp']}" if ours else ""), flush=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
+        a.out.parent.mkdir(parents=True, exist_ok=True)  # after each model: partial results survive
+        a.out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {a.out}")
     return 0
 
