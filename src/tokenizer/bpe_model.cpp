@@ -157,7 +157,7 @@ void BpeModel::merge(std::vector<int32_t>& ids, std::vector<uint32_t>& lens) con
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
   }
   struct Cand {
-    int32_t rank, pos, new_id;
+    int32_t rank, pos, left, right, new_id;
   };
   // Min-heap on (rank, pos): the lowest rank first, leftmost among equals (as HF's BinaryHeap).
   auto worse = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
@@ -165,9 +165,15 @@ void BpeModel::merge(std::vector<int32_t>& ids, std::vector<uint32_t>& lens) con
   heap.reserve(n);
   for (size_t i = 0; i + 1 < n; ++i) {
     if (const MergeInfo* m = merges_.find(ids[i], ids[i + 1]))
-      heap.push_back({m->rank, static_cast<int32_t>(i), m->new_id});
+      heap.push_back({m->rank, static_cast<int32_t>(i), ids[i], ids[i + 1], m->new_id});
   }
   std::make_heap(heap.begin(), heap.end(), worse);
+  auto push = [&](int32_t pos, int32_t left, int32_t right) {
+    if (const MergeInfo* m = merges_.find(left, right)) {
+      heap.push_back({m->rank, pos, left, right, m->new_id});
+      std::push_heap(heap.begin(), heap.end(), worse);
+    }
+  };
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), worse);
     Cand c = heap.back();
@@ -175,25 +181,17 @@ void BpeModel::merge(std::vector<int32_t>& ids, std::vector<uint32_t>& lens) con
     int32_t p = c.pos;
     if (lens[p] == 0 || next[p] < 0) continue;  // symbol merged away, or nothing to its right
     int32_t q = next[p];
-    const MergeInfo* m = merges_.find(ids[p], ids[q]);
-    if (m == nullptr || m->new_id != c.new_id) continue;  // the pair changed since it was queued
+    // HF re-looks up the pair and skips when its merge differs. A pair that changed since it
+    // was queued covers a longer span of text, so its merged token differs too: comparing the
+    // pair is the same test without a hash probe.
+    if (ids[p] != c.left || ids[q] != c.right) continue;
     ids[p] = c.new_id;
     lens[p] += lens[q];
     lens[q] = 0;
     next[p] = next[q];
     if (next[q] >= 0) prev[next[q]] = p;
-    if (prev[p] >= 0) {
-      if (const MergeInfo* l = merges_.find(ids[prev[p]], ids[p])) {
-        heap.push_back({l->rank, prev[p], l->new_id});
-        std::push_heap(heap.begin(), heap.end(), worse);
-      }
-    }
-    if (next[p] >= 0) {
-      if (const MergeInfo* r = merges_.find(ids[p], ids[next[p]])) {
-        heap.push_back({r->rank, p, r->new_id});
-        std::push_heap(heap.begin(), heap.end(), worse);
-      }
-    }
+    if (prev[p] >= 0) push(prev[p], ids[prev[p]], ids[p]);
+    if (next[p] >= 0) push(p, ids[p], ids[next[p]]);
   }
   size_t w = 0;
   for (size_t i = 0; i < n; ++i)

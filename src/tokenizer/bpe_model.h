@@ -75,7 +75,7 @@ class BpeModel {
 
   // Words seen before -> their ids. Bounded; encode() is const and may run on many threads.
   static constexpr size_t kCacheCapacity = 1 << 16;
-  static constexpr size_t kMaxCachedWordBytes = 64;
+  static constexpr size_t kMaxCachedWordBytes = 256;  // as HF's BPE cache
   mutable std::shared_mutex cache_mutex_;
   // [0]: words of characters, [1]: byte-level words (same text, different symbols).
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_[2];

@@ -16,27 +16,25 @@ class PairMap {
   void reserve(size_t n) {
     size_t cap = 16;
     while (cap < n * 2) cap <<= 1;
-    keys_.assign(cap, kEmpty);
-    vals_.assign(cap, MergeInfo{-1, -1});
+    slots_.assign(cap, Slot{kEmpty, MergeInfo{-1, -1}});
     mask_ = cap - 1;
     size_ = 0;
   }
   // Inserts or overwrites (HF keeps the last duplicate merge).
   void put(int32_t a, int32_t b, MergeInfo v) {
-    if ((size_ + 1) * 2 > keys_.size()) grow();
+    if ((size_ + 1) * 2 > slots_.size()) grow();
     uint64_t k = key(a, b);
     size_t i = slot(k);
-    while (keys_[i] != kEmpty && keys_[i] != k) i = (i + 1) & mask_;
-    if (keys_[i] == kEmpty) ++size_;
-    keys_[i] = k;
-    vals_[i] = v;
+    while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+    if (slots_[i].key == kEmpty) ++size_;
+    slots_[i] = Slot{k, v};
   }
   const MergeInfo* find(int32_t a, int32_t b) const {
-    if (keys_.empty()) return nullptr;
+    if (slots_.empty()) return nullptr;
     uint64_t k = key(a, b);
     for (size_t i = slot(k);; i = (i + 1) & mask_) {
-      if (keys_[i] == k) return &vals_[i];
-      if (keys_[i] == kEmpty) return nullptr;
+      if (slots_[i].key == k) return &slots_[i].value;
+      if (slots_[i].key == kEmpty) return nullptr;
     }
   }
   size_t size() const { return size_; }
@@ -48,15 +46,17 @@ class PairMap {
   }
   size_t slot(uint64_t k) const { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
   void grow() {
-    std::vector<uint64_t> old_keys = std::move(keys_);
-    std::vector<MergeInfo> old_vals = std::move(vals_);
-    reserve(old_keys.empty() ? 16 : old_keys.size());
-    for (size_t i = 0; i < old_keys.size(); ++i)
-      if (old_keys[i] != kEmpty)
-        put(static_cast<int32_t>(old_keys[i] >> 32), static_cast<int32_t>(old_keys[i] & 0xffffffffu), old_vals[i]);
+    std::vector<Slot> old = std::move(slots_);
+    reserve(old.empty() ? 16 : old.size());
+    for (const Slot& s : old)
+      if (s.key != kEmpty) put(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xffffffffu), s.value);
   }
-  std::vector<uint64_t> keys_;
-  std::vector<MergeInfo> vals_;
+  // Key and value side by side: one cache line per probe.
+  struct Slot {
+    uint64_t key;
+    MergeInfo value;
+  };
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
 };
