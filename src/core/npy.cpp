@@ -4,7 +4,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <regex>
 
 namespace ember {
 
@@ -50,22 +49,40 @@ Result<NpyArray> read_npy(const std::string& path) {
   }
   if (off + hlen > bytes.size()) return Status::errorf("{}: truncated header", path);
   const std::string header = bytes.substr(off, hlen);
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|]?)([fi])(\\d)'")))
-    return Status::errorf("{}: unsupported dtype in header {}", path, header);
-  const char kind = m[2].str()[0];
-  const int width = std::stoi(m[3].str());
+  // The header is a Python dict literal; read the three keys we need by hand.
+  const size_t descr = header.find("'descr'");
+  const size_t q1 = descr == std::string::npos ? descr : header.find('\'', descr + 7);
+  const size_t q2 = q1 == std::string::npos ? q1 : header.find('\'', q1 + 1);
+  if (q2 == std::string::npos) return Status::errorf("{}: no dtype in header {}", path, header);
+  std::string type = header.substr(q1 + 1, q2 - q1 - 1);
+  if (!type.empty() && (type[0] == '<' || type[0] == '|')) type.erase(0, 1);
+  if (type.size() != 2 || (type[0] != 'f' && type[0] != 'i') || (type[1] != '4' && type[1] != '8'))
+    return Status::errorf("{}: unsupported dtype '{}'", path, type);
+  const char kind = type[0];
+  const int width = type[1] - '0';
   if (header.find("'fortran_order': True") != std::string::npos)
     return Status::errorf("{}: fortran order not supported", path);
   NpyArray arr;
-  if (std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) {
-    std::string s = m[1].str();
-    std::regex num("\\d+");
-    for (auto it = std::sregex_iterator(s.begin(), s.end(), num); it != std::sregex_iterator(); ++it)
-      arr.shape.push_back(std::stoll(it->str()));
+  const size_t sh = header.find("'shape'");
+  const size_t open = sh == std::string::npos ? sh : header.find('(', sh);
+  const size_t close = open == std::string::npos ? open : header.find(')', open);
+  if (close == std::string::npos) return Status::errorf("{}: no shape in header", path);
+  int64_t cur = -1;
+  for (size_t i = open + 1; i <= close; ++i) {
+    const char c = header[i];
+    if (c >= '0' && c <= '9') {
+      cur = (cur < 0 ? 0 : cur * 10) + (c - '0');
+      if (cur > (int64_t{1} << 40)) return Status::errorf("{}: absurd shape", path);
+    } else if (cur >= 0) {
+      arr.shape.push_back(cur);
+      cur = -1;
+    }
   }
   int64_t n = 1;
-  for (auto s : arr.shape) n *= s;
+  for (auto s : arr.shape) {
+    if (s != 0 && n > (int64_t{1} << 40) / s) return Status::errorf("{}: absurd shape", path);
+    n *= s;
+  }
   const char* p = bytes.data() + off + hlen;
   if (static_cast<size_t>(n) * static_cast<size_t>(width) > bytes.size() - off - hlen)
     return Status::errorf("{}: truncated data", path);
