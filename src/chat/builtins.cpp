@@ -106,7 +106,7 @@ Result<Value> builtin_dict(Interpreter&, CallArgs& args) {
   return Value::dict(std::move(d));
 }
 
-Result<Value> builtin_namespace(Interpreter&, CallArgs& args) {
+Result<Value> builtin_namespace(Interpreter& interp, CallArgs& args) {
   EMBER_ASSIGN_OR_RETURN(DictData d, mapping_args(args, "namespace"));
   NamespaceData ns;
   for (auto& [k, v] : d.items) {
@@ -118,7 +118,9 @@ Result<Value> builtin_namespace(Interpreter&, CallArgs& args) {
           k.as_string());
     ns.set(k.as_string(), v);
   }
-  return Value::ns(std::move(ns));
+  Value out = Value::ns(std::move(ns));
+  interp.track(out);
+  return out;
 }
 
 Result<Value> builtin_raise_exception(Interpreter& interp, CallArgs& args) {

@@ -94,9 +94,33 @@ Status Interpreter::append_output(std::string& out, std::string_view text) const
 Result<std::string> Interpreter::render(const Body& body, FramePtr globals) {
   FramePtr root = child_frame(globals);
   std::string out;
-  EMBER_ASSIGN_OR_RETURN(Flow flow, exec_body(body, root, out));
-  if (flow != Flow::kNormal) return Status::error("'break' or 'continue' outside of a loop");
+  auto flow = exec_body(body, root, out);
+  release_cycles();
+  if (!flow.is_ok()) return flow.status();
+  if (flow.value() != Flow::kNormal) return Status::error("'break' or 'continue' outside of a loop");
   return out;
+}
+
+void Interpreter::track(const Value& v) {
+  if (v.is_namespace()) namespaces_.push_back(v.namespace_ptr());
+  else if (v.is_loop()) loops_.push_back(v.loop_ptr());
+}
+
+void Interpreter::release_cycles() {
+  // No value outlives a render (only text leaves it), so emptying every mutable object
+  // and every scope that holds a macro frees whatever cycles the template built.
+  for (auto& ns : namespaces_) ns->attrs.clear();
+  for (auto& loop : loops_) {
+    loop->changed_value.reset();
+    loop->items.reset();
+  }
+  for (auto& frame : macro_frames_) {
+    frame->vars.clear();
+    frame->parent.reset();
+  }
+  namespaces_.clear();
+  loops_.clear();
+  macro_frames_.clear();
 }
 
 Result<Flow> Interpreter::exec_body(const Body& body, const FramePtr& frame, std::string& out) {
@@ -232,6 +256,7 @@ Result<Flow> Interpreter::exec_for(const Stmt& stmt, const FramePtr& frame, std:
   // depth counts recursive loop() calls only, which ember does not support: always 1.
   loop->depth0 = 0;
   Value loop_value = Value::loop(loop);
+  track(loop_value);
   for (size_t i = 0; i < loop->items->items.size(); ++i) {
     EMBER_RETURN_IF_ERROR(charge(1));
     loop->index0 = static_cast<int64_t>(i);
@@ -300,6 +325,7 @@ Status Interpreter::assign(const Target& target, const Value& value, const Frame
 Value Interpreter::make_macro(const Stmt& stmt, const FramePtr& frame, const Body* caller_body) {
   const Stmt* macro = &stmt;
   std::string name = caller_body ? "caller" : stmt.name;
+  macro_frames_.push_back(frame);
   // The macro closes over its defining scope; names resolve when it runs, as in jinja2.
   return Value::callable(name, [macro, frame](Interpreter& interp, CallArgs& args) -> Result<Value> {
     return interp.call_macro(*macro, frame, args, Value::undefined());

@@ -51,6 +51,9 @@ class Interpreter {
   // raise_exception() marks its error so that the message reaches the caller unchanged.
   Status raise(const std::string& message);
   bool raised() const { return raised_; }
+  // Remembers a namespace or loop object so that reference cycles through it (a
+  // namespace holding itself, a macro stored in its own scope) are broken after rendering.
+  void track(const Value& v);
 
  private:
   Result<Flow> exec_body(const Body& body, const FramePtr& frame, std::string& out);
@@ -75,6 +78,11 @@ class Interpreter {
 
   RenderLimits limits_;
   std::time_t now_;
+  void release_cycles();
+
+  std::vector<std::shared_ptr<NamespaceData>> namespaces_;
+  std::vector<std::shared_ptr<LoopData>> loops_;
+  std::vector<FramePtr> macro_frames_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
   bool raised_ = false;

@@ -110,7 +110,7 @@ std::string type_name(const Value& v) {
 
 Status undefined_error(const Value& v) {
   const UndefinedInfo* info = v.undefined_info();
-  if (info && info->unsupported) return Status::error(info->hint);
+  if (info && (info->unsupported || info->hint.rfind("SecurityError", 0) == 0)) return Status::error(info->hint);
   if (info && !info->hint.empty()) return Status::error("UndefinedError: " + info->hint);
   return Status::error("UndefinedError: value is undefined");
 }

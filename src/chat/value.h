@@ -124,6 +124,8 @@ class Value {
   NamespaceData& as_namespace() const { return *std::get<std::shared_ptr<NamespaceData>>(v_); }
   const CallableData& as_callable() const { return *std::get<std::shared_ptr<const CallableData>>(v_); }
   LoopData& as_loop() const { return *std::get<std::shared_ptr<LoopData>>(v_); }
+  const std::shared_ptr<NamespaceData>& namespace_ptr() const { return std::get<std::shared_ptr<NamespaceData>>(v_); }
+  const std::shared_ptr<LoopData>& loop_ptr() const { return std::get<std::shared_ptr<LoopData>>(v_); }
   const UndefinedInfo* undefined_info() const { return std::get<0>(v_).get(); }
   bool is_unsupported() const { return is_undefined() && undefined_info() && undefined_info()->unsupported; }
   // Identity for jinja2's `sameas` test on shared objects.
