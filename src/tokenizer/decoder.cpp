@@ -162,6 +162,14 @@ Status Decoder::add_json(const nlohmann::json& j) {
   return Status::ok();
 }
 
+bool Decoder::has_byte_fallback() const {
+  for (const Step& st : steps_)
+    if (st.kind == Kind::ByteFallback) return true;
+  return false;
+}
+
+bool is_byte_token_piece(const std::string& piece) { return byte_token_value(piece) >= 0; }
+
 std::string Decoder::decode(std::vector<std::string> tokens) const {
   if (none_) {
     std::string out;

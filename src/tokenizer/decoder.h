@@ -27,6 +27,8 @@ class Decoder {
 
   // The text of tokens. Output is valid UTF-8 (ill-formed bytes become U+FFFD as in HF).
   std::string decode(std::vector<std::string> tokens) const;
+  // Whether consecutive <0xNN> tokens are decoded together as one byte string (ByteFallback).
+  bool has_byte_fallback() const;
 
  private:
   static Step step(Kind kind, std::string pattern = {}, std::string content = {});
@@ -34,5 +36,8 @@ class Decoder {
   std::vector<Step> steps_;
   bool none_ = true;  // no decoder: join with spaces
 };
+
+// "<0xNN>": a byte-fallback token's spelling.
+bool is_byte_token_piece(const std::string& piece);
 
 }  // namespace ember::tok

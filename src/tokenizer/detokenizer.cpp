@@ -17,6 +17,9 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
 
 std::string IncrementalDetokenizer::push(int32_t id) {
   ids_.push_back(id);
+  // Byte fallback decodes a run of <0xNN> tokens as one byte string, all U+FFFD if any part is
+  // ill-formed, so a later byte can still change text that looks complete: wait for the run to end.
+  if (tokenizer_.is_byte_fallback_token(id)) return {};
   // Decode a window that starts a few ids before the unemitted ones, so that decoders which
   // treat the first token specially (a stripped leading space) see the same context as a full
   // decode, and diff it against the same window without the new ids.
@@ -28,15 +31,21 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   if (now.size() <= before.size() || ends_incomplete(now) || now.compare(0, before.size(), before) != 0) return {};
   std::string out = now.substr(before.size());
   // Next window: start a little before the new read offset, at an id that decodes on its own to
-  // whole characters (not a byte token that byte-fallback or byte-level decoding would group
-  // with its neighbours) and to some text (so a first-token rule, like a stripped leading space,
-  // applies to it and not to later ids).
+  // whole characters and to some text (so a first-token rule, like a stripped leading space,
+  // applies to it and not to later ids) and is not a byte-fallback token (whose run would be cut).
+  // Found none close enough: keep the current start, which is such an id (or 0).
   size_t start = ids_.size();
-  for (size_t steps = 0; start > 0 && steps < kMaxLookback; ++steps) {
+  bool found = false;
+  for (size_t steps = 0; start > prefix_offset_ && steps < kMaxLookback; ++steps) {
     --start;
+    if (tokenizer_.is_byte_fallback_token(ids_[start])) continue;
     std::string solo = tokenizer_.decode({ids_[start]}, skip_special_);
-    if (!solo.empty() && solo.find("\xEF\xBF\xBD") == std::string::npos) break;
+    if (!solo.empty() && solo.find("\xEF\xBF\xBD") == std::string::npos) {
+      found = true;
+      break;
+    }
   }
+  if (!found) start = prefix_offset_;
   prefix_offset_ = start;
   read_offset_ = ids_.size();
   return out;

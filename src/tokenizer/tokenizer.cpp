@@ -22,6 +22,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_parts(tok::TokenizerParts par
     const AddedToken& a = p.added_tokens[i];
     if (a.id < 0) return Status::errorf("added token '{}' has a negative id", a.content);
     t->added_by_id_[a.id] = i;
+    if (!t->added_by_content_.contains(a.content)) t->added_by_content_.put(a.content, a.id);
     t->vocab_size_ = std::max(t->vocab_size_, a.id + 1);
     if (a.normalized) {
       norm.push_back(a);
@@ -33,6 +34,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_parts(tok::TokenizerParts par
   }
   t->raw_matcher_.build(raw, raw_pat);
   t->normalized_matcher_.build(norm, norm_pat);
+  t->byte_fallback_decoding_ = p.decoder.has_byte_fallback();
   t->bos_id_ = p.bos_id;
   t->eos_id_ = p.eos_id;
   if (p.eos_id) t->eos_ids_.push_back(*p.eos_id);
@@ -112,9 +114,14 @@ std::string Tokenizer::token_piece(int32_t id) const {
 }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view piece) const {
-  for (const AddedToken& a : parts_.added_tokens)
-    if (a.content == piece) return a.id;
+  if (int32_t id = added_by_content_.find(piece); id >= 0) return id;
   return parts_.model->token_to_id(piece);
+}
+
+bool Tokenizer::is_byte_fallback_token(int32_t id) const {
+  if (!byte_fallback_decoding_ || added_by_id_.count(id)) return false;
+  const std::string* t = parts_.model->id_to_token(id);
+  return t != nullptr && tok::is_byte_token_piece(*t);
 }
 
 bool Tokenizer::is_special(int32_t id) const {

@@ -14,6 +14,7 @@
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/token_index.h"
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,9 @@ class Tokenizer {
   // Every id that ends generation: eos plus end-of-turn tokens the model defines.
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   bool is_special(int32_t id) const;
+  // A <0xNN> token that the decoder joins with its neighbours into one byte string (byte
+  // fallback): text decoded from a run of them is only final once the run ends.
+  bool is_byte_fallback_token(int32_t id) const;
   std::string bos_token() const { return bos_id_ ? token_piece(*bos_id_) : std::string(); }
   std::string eos_token() const { return eos_id_ ? token_piece(*eos_id_) : std::string(); }
   // Ids the encoder adds around a sequence when add_special is true.
@@ -82,9 +86,11 @@ class Tokenizer {
   tok::AddedTokenMatcher raw_matcher_;         // added tokens with normalized=false
   tok::AddedTokenMatcher normalized_matcher_;  // added tokens with normalized=true
   std::unordered_map<int32_t, size_t> added_by_id_;
+  tok::TokenIndex added_by_content_;  // content -> id (the first added token with it)
   int32_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
   std::vector<int32_t> eos_ids_;
+  bool byte_fallback_decoding_ = false;
 };
 
 // Streams text from ids one at a time: never emits an incomplete UTF-8 sequence, and the

@@ -75,18 +75,36 @@ std::unique_ptr<Tokenizer> load_tiny(const std::string& name) {
   return t.is_ok() ? std::move(t).value() : nullptr;
 }
 
-TEST(IncrementalDetokenizer, HoldsBackIncompleteCharacters) {
-  // Byte-fallback tokens of one 4-byte emoji: nothing until the last byte, then the whole character.
+TEST(IncrementalDetokenizer, HoldsBackByteFallbackRuns) {
+  // Byte-fallback tokens of one 4-byte emoji: nothing while the run of byte tokens may go on
+  // (HF decodes a run as one byte string), then the whole character once a normal token ends it.
   auto tok = load_tiny("spm_llama2");
   ASSERT_TRUE(tok);
   std::vector<int32_t> ids;
   for (unsigned char b : std::string("\xF0\x9F\x98\x80")) ids.push_back(*tok->token_id(fmt::format("<0x{:02X}>", b)));
   IncrementalDetokenizer d(*tok);
-  EXPECT_EQ(d.push(ids[0]), "");
-  EXPECT_EQ(d.push(ids[1]), "");
-  EXPECT_EQ(d.push(ids[2]), "");
-  EXPECT_EQ(d.push(ids[3]), "\xF0\x9F\x98\x80");
-  EXPECT_EQ(d.flush(), "");
+  for (int32_t id : ids) EXPECT_EQ(d.push(id), "");
+  auto the = tok->encode("the", false);  // one token, "▁the"
+  ASSERT_EQ(the.size(), 1u);
+  EXPECT_EQ(d.push(the[0]), "\xF0\x9F\x98\x80 the");
+  for (int32_t id : ids) EXPECT_EQ(d.push(id), "");
+  EXPECT_EQ(d.flush(), "\xF0\x9F\x98\x80");
+}
+
+TEST(IncrementalDetokenizer, ByteRunTurnedInvalidLaterMatchesDecode) {
+  // <0x41> alone is "A", but HF's ByteFallback turns the run <0x41><0xFF> into two U+FFFD: the
+  // stream must not have emitted the "A".
+  auto tok = load_tiny("spm_llama2");
+  ASSERT_TRUE(tok);
+  auto the = tok->encode("the", false);
+  ASSERT_EQ(the.size(), 1u);
+  std::vector<int32_t> ids = {the[0], *tok->token_id("<0x41>"), *tok->token_id("<0xFF>"), the[0]};
+  IncrementalDetokenizer d(*tok);
+  std::string all;
+  for (int32_t id : ids) all += d.push(id);
+  all += d.flush();
+  EXPECT_EQ(all, tok->decode(ids));
+  EXPECT_EQ(all, "the" + kFffd + kFffd + " the");
 }
 
 TEST(IncrementalDetokenizer, FlushEmitsWhatNeverCompleted) {
