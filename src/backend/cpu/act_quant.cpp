@@ -14,12 +14,25 @@ size_t act_row_bytes(ActFormat f, int64_t k) {
   size_t bytes = 0;
   switch (f) {
     case ActFormat::F32: bytes = static_cast<size_t>(k) * 4; break;
-    case ActFormat::Q8_32: bytes = static_cast<size_t>(k) + static_cast<size_t>(k / 32) * 8; break;
+    case ActFormat::Q8_32:
+    case ActFormat::Q8_32P: bytes = static_cast<size_t>(k) + static_cast<size_t>(k / 32) * 8; break;
     case ActFormat::Q8_K:
       bytes = static_cast<size_t>(k) + static_cast<size_t>(k / 256) * 4 + static_cast<size_t>(k / 16) * 2;
       break;
   }
   return (bytes + 63) / 64 * 64;
+}
+
+void permute_q8_32_halves(uint8_t* row, int64_t k) {
+  uint8_t tmp[128];
+  for (int64_t c = 0; c + 128 <= k; c += 128) {
+    uint8_t* q = row + c;
+    for (int b = 0; b < 4; ++b) {
+      std::memcpy(tmp + 16 * b, q + 32 * b, 16);
+      std::memcpy(tmp + 64 + 16 * b, q + 32 * b + 16, 16);
+    }
+    std::memcpy(q, tmp, 128);
+  }
 }
 
 namespace {

@@ -68,8 +68,9 @@ void cpu_glu(CpuContext& ctx, const Tensor& gate, const Tensor& up, bool gelu_ta
   const float* g = gate.as<float>();
   const float* u = up.as<float>();
   float* o = out.as<float>();
-  // glu costs an exp per element, so it is worth threading at a smaller size.
-  if (n < kMinParallelElems / 8 || ctx.pool.size() == 1) {
+  // glu costs an exp per element, so it is worth threading at a smaller size (but a decode
+  // step's few thousand elements take less than a pool wake-up).
+  if (n < kMinParallelElems / 2 || ctx.pool.size() == 1) {
     fn(g, u, o, n);
     return;
   }

@@ -22,7 +22,13 @@ bool isa_supported(Isa isa);
 //   Q8_32: [k int8 qs][k/32 float d][k/32 int32 sum(qs)]  d and qs equal quantize_row(Q8_0)
 //          (d is the f16-rounded scale, as the block stores it)
 //   Q8_K : [k int8 qs][k/256 float d][k/16 int16 bsums]   equal to quantize_row(Q8_K)
-enum class ActFormat : int { F32 = 0, Q8_32 = 1, Q8_K = 2 };
+//   Q8_32P: Q8_32 with the qs of every 4 blocks (128 values) reordered as the halves
+//          [b0 0-15 | b1 0-15 | b2 0-15 | b3 0-15 | b0 16-31 | ... | b3 16-31], so that the
+//          low and high nibbles of 4 weight blocks line up with one 64-byte vector each;
+//          trailing blocks (k/32 % 4) keep their order.
+enum class ActFormat : int { F32 = 0, Q8_32 = 1, Q8_K = 2, Q8_32P = 3 };
+// Reorders the qs of a Q8_32 row in place into Q8_32P.
+void permute_q8_32_halves(uint8_t* row, int64_t k);
 size_t act_row_bytes(ActFormat f, int64_t k);
 
 // out[r, c] = dot(activation row r, weight row c) over k, for one block of outputs.
@@ -71,6 +77,7 @@ using DecodeColFn = void (*)(const uint8_t* wrow, int64_t k, uint8_t* col);
 using GemmMicroFn = void (*)(const GemmPanel& ap, const uint8_t* cols, size_t col_stride, int nc, int64_t k,
                              float* out, int64_t out_stride, int valid_rows);
 struct GemmKernel {
+  ActFormat act = ActFormat::Q8_32;  // activation rows the panels are built from
   int group = 0;          // G: 16 or 32
   bool has_min = false;   // weights carry a per-group offset (minv)
   DecodeColFn decode = nullptr;

@@ -30,7 +30,10 @@ void add_bias(float* out, int64_t out_stride, const float* bias, int64_t r0, int
 void quantize_rows(const KernelTable& kt, ActFormat f, const float* x, int64_t k, uint8_t* dst, size_t stride,
                    int64_t r0, int64_t r1) {
   const QuantizeActFn q = f == ActFormat::Q8_K ? kt.quantize_q8_k : kt.quantize_q8_32;
-  for (int64_t r = r0; r < r1; ++r) q(x + r * k, dst + static_cast<size_t>(r) * stride, k);
+  for (int64_t r = r0; r < r1; ++r) {
+    q(x + r * k, dst + static_cast<size_t>(r) * stride, k);
+    if (f == ActFormat::Q8_32P) permute_q8_32_halves(dst + static_cast<size_t>(r) * stride, k);
+  }
 }
 
 // Rows [r0, r1) x columns [c0, c1) in cache blocks, bias added while the block is hot.
@@ -72,7 +75,7 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
   const MatmulKernel& kern = ctx.kt.matmul[idx];
   const GemmKernel& gk = ctx.kt.gemm[idx];
   if (gk.decode && n >= kGemmMinRows) {
-    run_panel_gemm(ctx, gk, kern.act, x.as<float>(), n, k, static_cast<const uint8_t*>(w.data), w.row_bytes(), m,
+    run_panel_gemm(ctx, gk, gk.act, x.as<float>(), n, k, static_cast<const uint8_t*>(w.data), w.row_bytes(), m,
                    out.as<float>(), pbias);
     return;
   }

@@ -5,6 +5,13 @@
 
 #include <cstdint>
 
+// GCC 12's AVX-512 intrinsics build "undefined" vectors from self-initialized variables,
+// which -Wmaybe-uninitialized reports inside the headers; the values are never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace ember::cpu {
 namespace avx512 {
 namespace {

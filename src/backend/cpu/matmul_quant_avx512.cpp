@@ -5,7 +5,15 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+
+// GCC 12's AVX-512 intrinsics build "undefined" vectors from self-initialized variables,
+// which -Wmaybe-uninitialized reports inside the headers; the values are never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace ember::cpu {
 namespace avx512 {
@@ -14,12 +22,14 @@ namespace {
 #include "backend/cpu/simd_common.inc"
 #include "backend/cpu/matmul_quant_impl.inc"
 #include "backend/cpu/matmul_gemm_avx512.inc"
+#include "backend/cpu/matmul_b32_avx512.inc"
 #undef EMBER_VNNI
 }  // namespace
 }  // namespace avx512
 
 void register_avx512_matmul_quant(KernelTable& kt) {
   avx512::register_quant_matmul(kt);
+  avx512::register_b32_zmm(kt);
   avx512::register_gemm(kt);
 }
 

@@ -66,6 +66,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   uint4* s_k = s_q + kRows * kCh;                  // [kStages][kTileKeys][kCh]
   uint4* s_v = s_k + kStages * kTileKeys * kCh;    // [kStages][kTileKeys][kCh]
 
+  pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
+  pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int zi = blockIdx.z;
   const int seq = a.seq_ids[zi];
@@ -383,6 +385,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
 // Merges the decode splits of one (sequence, kv head, row tile): out = sum_s w_s O_s with
 // w_s = 2^(lse_s - LSE). Splits with lse -inf (empty) are skipped, never multiplied.
 __global__ void attn_merge_kernel(const Launch L) {
+  pdl_wait();
+  pdl_launch_dependents();
   const PagedAttnArgs& a = L.a;
   const int zi = blockIdx.z, kh = blockIdx.y, rt = blockIdx.x;
   const int seq = a.seq_ids[zi];
@@ -421,11 +425,15 @@ cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
   auto kernel = L.a.softcap > 0.0f ? paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true>
                                    : paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false>;
   const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D);
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, kWarps * 32, smem, stream>>>(L);
-  return cudaGetLastError();
+  // Once per kernel (never inside a graph capture).
+  static const cudaError_t attr[2] = {
+      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
+  if (attr[0] != cudaSuccess) return attr[0];
+  if (attr[1] != cudaSuccess) return attr[1];
+  return launch_kernel(kernel, grid, dim3(kWarps * 32), smem, stream, L.a.pdl, L);
 }
 
 // Instantiated configurations (others measured slower on an H200; see docs/CUDA_NOTES.md):
@@ -531,8 +539,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   if (e != cudaSuccess || L.splits == 1) return e;
   const dim3 mgrid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                    static_cast<unsigned>(a.n_launch_seqs));
-  attn_merge_kernel<<<mgrid, 256, 0, stream>>>(L);
-  return cudaGetLastError();
+  return launch_kernel(attn_merge_kernel, mgrid, dim3(256), 0, stream, a.pdl, L);
 }
 
 }  // namespace ember::cuda

@@ -50,6 +50,8 @@ struct PagedAttnArgs {
   // and warps per prefill block (4 or 8; 16 query rows each).
   int stages = 0;
   int prefill_warps = 0;
+  // Launch the tensor-core kernels as programmatic dependents of the previous kernel.
+  bool pdl = false;
 };
 
 bool attention_mma_supported(DType kv_type, int head_dim);

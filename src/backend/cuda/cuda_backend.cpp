@@ -1,26 +1,24 @@
-// CudaBackend: host side of the CUDA backend. Checks shapes and dtypes, moves the per-step
-// host metadata (ids, positions, slots, block tables) to the device in one copy per op, and
-// launches the kernels of the *.cu files on the backend's stream.
-#include "backend/cuda/cuda_backend.h"
-
+// CudaBackend: host side of the CUDA backend. Checks shapes and dtypes, finds the device copy
+// of each op's host metadata (ids, positions, slots, block tables: the step metadata, else
+// one upload per op), and launches the kernels of the *.cu files on the backend's stream.
+// Step metadata, graphs and the fused (deferred) launches are in cuda_backend_step.cpp.
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
-#include "backend/cuda/gemm_lt.h"
-#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/rows.cuh"
 #include "core/log.h"
 #include "quant/quant.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
-namespace ember {
+namespace ember::cuda {
 
 namespace {
-
-using cuda::AttnKernel;
 
 constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's recommended size on Hopper
 constexpr size_t kStagingBytes = 64u << 20;      // weight upload chunk
@@ -39,152 +37,87 @@ class CudaBuffer final : public Buffer {
   size_t n_;
 };
 
-// Device scratch that grows on demand. All users run on one stream, so a region is free for
-// the next op as soon as the previous op is queued; growing waits for the stream first.
-class Scratch {
- public:
-  ~Scratch() {
-    if (p_) cudaFree(p_);
-  }
-  void* get(size_t bytes, cudaStream_t stream) {
-    if (bytes <= n_) return p_;
-    if (p_) {
-      EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
-      EMBER_CUDA_CHECK(cudaFree(p_));
-      p_ = nullptr;
-    }
-    n_ = std::max<size_t>(bytes + bytes / 4, 1u << 16);
-    EMBER_CUDA_CHECK(cudaMalloc(&p_, n_));
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-
-// Packs several host arrays into one upload; offsets are 16-byte aligned.
-class MetaPack {
- public:
-  size_t add(const void* src, size_t bytes) {
-    const size_t off = (bytes_.size() + 15) / 16 * 16;
-    bytes_.resize(off + bytes);
-    if (bytes) std::memcpy(bytes_.data() + off, src, bytes);
-    return off;
-  }
-  const uint8_t* data() const { return bytes_.data(); }
-  size_t size() const { return bytes_.size(); }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
-
-bool is_device_pointer(const void* p) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // plain host memory may report an error on old drivers
-    return false;
-  }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-}
-
 void require(const Tensor& t, DType dtype, const char* what) {
   EMBER_CHECK(t.valid() && t.device == Device::CUDA, "{} must be a CUDA tensor", what);
   EMBER_CHECK(t.dtype == dtype, "{} must be {}, got {}", what, dtype_name(dtype), dtype_name(t.dtype));
 }
 
-class CudaBackend final : public Backend {
- public:
-  static Result<std::unique_ptr<Backend>> create(int device) {
-    int count = 0;
-    EMBER_CUDA_TRY(cudaGetDeviceCount(&count));
-    if (device < 0 || device >= count)
-      return Status::errorf("CUDA device {} does not exist ({} found)", device, count);
-    EMBER_CUDA_TRY(cudaSetDevice(device));
-    cudaDeviceProp prop{};
-    EMBER_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8)
-      return Status::errorf("CUDA device {} ({}) has compute capability {}.{}; ember needs 8.0+",
-                            device, prop.name, prop.major, prop.minor);
-    std::unique_ptr<CudaBackend> be(new CudaBackend());
-    be->device_ = device;
-    be->num_sms_ = prop.multiProcessorCount;
-    be->gpu_name_ = prop.name;
-    EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
-    EMBER_ASSIGN_OR_RETURN(be->lt_, cuda::LtGemm::create());
-    EMBER_CUDA_TRY(cudaMalloc(&be->lt_ws_, kLtWorkspaceBytes));
-    EMBER_LOG_INFO("cuda backend: device {} ({}, {} SMs, {:.1f} GiB)", device, prop.name,
-                   prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30));
-    return std::unique_ptr<Backend>(std::move(be));
+}  // namespace
+
+Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
+  int count = 0;
+  EMBER_CUDA_TRY(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    return Status::errorf("CUDA device {} does not exist ({} found)", device, count);
+  EMBER_CUDA_TRY(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  EMBER_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8)
+    return Status::errorf("CUDA device {} ({}) has compute capability {}.{}; ember needs 8.0+",
+                          device, prop.name, prop.major, prop.minor);
+  std::unique_ptr<CudaBackend> be(new CudaBackend());
+  be->device_ = device;
+  be->num_sms_ = prop.multiProcessorCount;
+  be->gpu_name_ = prop.name;
+  const char* fuse = std::getenv("EMBER_CUDA_FUSE");
+  be->fuse_ = !(fuse && std::string(fuse) == "0");
+  EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
+  EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->meta_event_, cudaEventDisableTiming));
+  EMBER_ASSIGN_OR_RETURN(be->lt_, LtGemm::create());
+  EMBER_CUDA_TRY(cudaMalloc(&be->lt_ws_, kLtWorkspaceBytes));
+  std::vector<int32_t> iota(kIotaSize);
+  std::iota(iota.begin(), iota.end(), 0);
+  EMBER_CUDA_TRY(cudaMalloc(&be->iota_, iota.size() * sizeof(int32_t)));
+  EMBER_CUDA_TRY(cudaMemcpy(be->iota_, iota.data(), iota.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  EMBER_LOG_INFO("cuda backend: device {} ({}, {} SMs, {:.1f} GiB){}", device, prop.name,
+                 prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
+                 be->fuse_ ? "" : ", op fusion off");
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  for (void* p : graveyard_) cudaFree(p);
+  for (void* p : weights_) cudaFree(p);
+  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_})
+    if (s->p) cudaFree(s->p);
+  if (iota_) cudaFree(iota_);
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (meta_event_) cudaEventDestroy(meta_event_);
+  if (lt_ws_) cudaFree(lt_ws_);
+  lt_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0 && cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    EMBER_LOG_ERROR("cuda backend: cannot allocate {} bytes", bytes);
+    return nullptr;
   }
+  return std::make_unique<CudaBuffer>(p, bytes);
+}
 
-  ~CudaBackend() override {
-    if (stream_) cudaStreamSynchronize(stream_);
-    for (void* p : weights_) cudaFree(p);
-    if (lt_ws_) cudaFree(lt_ws_);
-    lt_.reset();
-    if (stream_) cudaStreamDestroy(stream_);
-  }
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  flush();
+  if (bytes == 0) return;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
-  std::string name() const override { return "cuda:" + gpu_name_; }
-  Device device() const override { return Device::CUDA; }
+void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+  flush();
+  if (bytes == 0) return;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
-  std::unique_ptr<Buffer> alloc(size_t bytes) override {
-    void* p = nullptr;
-    if (bytes > 0 && cudaMalloc(&p, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      EMBER_LOG_ERROR("cuda backend: cannot allocate {} bytes", bytes);
-      return nullptr;
-    }
-    return std::make_unique<CudaBuffer>(p, bytes);
-  }
-
-  void upload(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return;
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-
-  void download(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return;
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-
-  void synchronize() override { EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
-  Result<Tensor> prepare_weight(const Tensor& host) override;
-  void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) override;
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
-  void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override;
-  void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) override;
-  void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
-                 const AttentionParams& p, Tensor& out) override;
-  void glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) override;
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
-  void scale(Tensor& x, float s) override;
-
- private:
-  CudaBackend() = default;
-  // Copies the packed arrays to device scratch (stream-ordered; the host copy may be
-  // released on return, since pageable uploads are staged before cudaMemcpyAsync returns).
-  uint8_t* upload_meta(const MetaPack& pack) {
-    auto* d = static_cast<uint8_t*>(meta_.get(pack.size(), stream_));
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(d, pack.data(), pack.size(), cudaMemcpyHostToDevice, stream_));
-    return d;
-  }
-  Status upload_converted(const Tensor& host, Tensor& dst);
-
-  int device_ = 0;
-  int num_sms_ = 0;
-  std::string gpu_name_;
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::LtGemm> lt_;
-  void* lt_ws_ = nullptr;
-  Scratch meta_, xconv_, attn_ws_, staging_;
-  std::vector<void*> weights_;  // device copies made by prepare_weight
-};
+void CudaBackend::synchronize() {
+  flush();
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 // Uploads host rows in chunks of at most kStagingBytes: plain types are copied as stored and
 // converted on the GPU; quantized types are dequantized to F32 on the host first.
@@ -210,9 +143,9 @@ Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
     if (src_type == dst.dtype) {
       EMBER_CUDA_TRY(cudaMemcpyAsync(dst_bytes + r0 * dst_row_bytes, src, bytes, cudaMemcpyHostToDevice, stream_));
     } else {
-      void* stage = staging_.get(bytes, stream_);
+      void* stage = scratch(staging_, bytes);
       EMBER_CUDA_TRY(cudaMemcpyAsync(stage, src, bytes, cudaMemcpyHostToDevice, stream_));
-      EMBER_CUDA_TRY(cuda::launch_convert(src_type, stage, dst.dtype, dst_bytes + r0 * dst_row_bytes, nr * cols, stream_));
+      EMBER_CUDA_TRY(launch_convert(src_type, stage, dst.dtype, dst_bytes + r0 * dst_row_bytes, nr * cols, stream_));
     }
     // The staging buffer and the host chunk are reused by the next iteration.
     EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -221,6 +154,7 @@ Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
 }
 
 Result<Tensor> CudaBackend::prepare_weight(const Tensor& host) {
+  flush();
   if (host.device == Device::CUDA) return host;
   if (!quant::can_dequantize(host.dtype))
     return Status::errorf("cuda backend: cannot load weights of dtype {}", dtype_name(host.dtype));
@@ -247,6 +181,7 @@ Result<Tensor> CudaBackend::prepare_weight(const Tensor& host) {
 }
 
 void CudaBackend::get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) {
+  flush();
   require(out, DType::F32, "get_rows out");
   const int64_t d = table.n_cols();
   EMBER_CHECK(out.n_cols() == d && out.n_rows() >= n, "get_rows: out {} for {} rows of {}",
@@ -256,6 +191,10 @@ void CudaBackend::get_rows(const Tensor& table, const int32_t* ids, int n, Tenso
   if (n == 0) return;
   if (table.device == Device::CPU) {
     // Host table (e.g. a vocabulary kept off the GPU): gather and dequantize here.
+    if (capturing_) {
+      capture_failed_ = true;  // a host gather cannot be replayed
+      return;
+    }
     std::vector<float> rows(static_cast<size_t>(n * d));
     for (int i = 0; i < n; ++i)
       quant::dequantize_row(table.dtype, table.row_ptr(ids[i]), rows.data() + i * d, d);
@@ -263,12 +202,10 @@ void CudaBackend::get_rows(const Tensor& table, const int32_t* ids, int n, Tenso
                                      cudaMemcpyHostToDevice, stream_));
     return;
   }
-  MetaPack pack;
-  const size_t off = pack.add(ids, sizeof(int32_t) * static_cast<size_t>(n));
-  uint8_t* dm = upload_meta(pack);
-  EMBER_CUDA_CHECK(cuda::launch_get_rows(table.data, table.dtype,
-                                         reinterpret_cast<const int32_t*>(dm + off), n, d,
-                                         out.as<float>(), stream_));
+  MetaRef r{ids, sizeof(int32_t) * static_cast<size_t>(n)};
+  resolve({&r});
+  EMBER_CUDA_CHECK(launch_get_rows(table.data, table.dtype, static_cast<const int32_t*>(r.dev), n,
+                                   d, out.as<float>(), stream_, /*pdl=*/true));
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
@@ -278,8 +215,17 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   const int64_t d = x.n_cols();
   EMBER_CHECK(w.numel() == d && out.numel() == x.numel(), "rms_norm: x {} w {} out {}",
               shape_string(x), shape_string(w), shape_string(out));
-  EMBER_CUDA_CHECK(cuda::launch_rms_norm(x.as<float>(), w.data, w.dtype, eps, out.as<float>(),
-                                         x.n_rows(), d, stream_));
+  if (pa_.active && pa_.out == x.data && pa_.n == x.numel()) {
+    // The residual add just before, and this norm of its sum: one kernel.
+    pa_.active = false;
+    flush();
+    EMBER_CUDA_CHECK(launch_add_rms_norm(pa_.a, pa_.b, pa_.out, w.data, w.dtype, eps,
+                                         out.as<float>(), x.n_rows(), d, stream_, /*pdl=*/true));
+    return;
+  }
+  flush();
+  EMBER_CUDA_CHECK(launch_rms_norm(x.as<float>(), w.data, w.dtype, eps, out.as<float>(),
+                                   x.n_rows(), d, stream_, /*pdl=*/true));
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
@@ -296,21 +242,22 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     b = bias->as<float>();
   }
   if (n == 0 || m == 0) return;
+  if (k > 0 && try_defer_gemv(x, w, b, out)) return;
+  flush();
   if (k == 0) {
     EMBER_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), stream_));
-    if (b) EMBER_CUDA_CHECK(cuda::launch_add_bias(out.as<float>(), b, n, m, stream_));
+    if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
     return;
   }
-  if (w.dtype == DType::BF16 && n <= cuda::kGemvMaxBatch &&
-      cuda::gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
-    EMBER_CUDA_CHECK(cuda::launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
-                                            m, k, cuda::gemv_pick_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
+  if (w.dtype == DType::BF16 && n <= kGemvMaxBatch && gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
+    EMBER_CUDA_CHECK(launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
+                                      m, k, gemv_pick_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
     return;
   }
   const void* xin = x.data;
   if (w.dtype == DType::BF16) {
-    void* xb = xconv_.get(static_cast<size_t>(n * k) * 2, stream_);
-    EMBER_CUDA_CHECK(cuda::launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
+    void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+    EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
     xin = xb;
   } else {
     EMBER_CHECK(w.dtype == DType::F32, "matmul: CUDA weights must be BF16 or F32, got {}",
@@ -319,7 +266,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   const Status st = lt_->matmul(w.dtype, xin, w.data, out.as<float>(), n, m, k, lt_ws_,
                                 kLtWorkspaceBytes, stream_);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
-  if (b) EMBER_CUDA_CHECK(cuda::launch_add_bias(out.as<float>(), b, n, m, stream_));
+  if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
 }
 
 void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p) {
@@ -329,21 +276,42 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
   EMBER_CHECK(p.rotary_dim > 0 && p.rotary_dim <= p.head_dim && p.rotary_dim % 2 == 0 && p.inv_freq,
               "rope: rotary_dim {} head_dim {}", p.rotary_dim, p.head_dim);
   const int64_t n = x.dim(0);
+  const int n_heads = static_cast<int>(x.dim(1));
+  if (pr_.active && pr_.host_positions == positions && pr_.n == n && pr_.host_inv_freq == p.inv_freq &&
+      pr_.head_dim == p.head_dim && pr_.rotary_dim == p.rotary_dim && pr_.neox == p.neox &&
+      pr_.factor == p.attention_factor && x.as<float>() != pr_.x) {
+    // q then k of one step: one launch.
+    pr_.active = false;
+    flush();
+    EMBER_CUDA_CHECK(launch_rope2(pr_.x, pr_.n_heads, x.as<float>(), n_heads, pr_.positions,
+                                  pr_.inv_freq, n, p.head_dim, p.rotary_dim, p.neox,
+                                  p.attention_factor, stream_, /*pdl=*/true));
+    return;
+  }
+  flush();
   if (n == 0) return;
-  MetaPack pack;
-  const size_t pos_off = pack.add(positions, sizeof(int32_t) * static_cast<size_t>(n));
   // inv_freq is backend memory when the model uploaded it, host memory otherwise.
-  const bool freq_on_device = is_device_pointer(p.inv_freq);
-  const size_t freq_off =
-      freq_on_device ? 0 : pack.add(p.inv_freq, sizeof(float) * static_cast<size_t>(p.rotary_dim / 2));
-  uint8_t* dm = upload_meta(pack);
-  const float* freq = freq_on_device ? p.inv_freq : reinterpret_cast<const float*>(dm + freq_off);
-  EMBER_CUDA_CHECK(cuda::launch_rope(x.as<float>(), reinterpret_cast<const int32_t*>(dm + pos_off),
-                                     freq, n, static_cast<int>(x.dim(1)), p.head_dim, p.rotary_dim,
-                                     p.neox, p.attention_factor, stream_));
+  MetaRef pos{positions, sizeof(int32_t) * static_cast<size_t>(n)};
+  MetaRef freq{p.inv_freq, sizeof(float) * static_cast<size_t>(p.rotary_dim / 2)};
+  if (on_device(p.inv_freq)) {
+    freq.dev = p.inv_freq;
+    resolve({&pos});
+  } else {
+    resolve({&pos, &freq});
+  }
+  if (fuse_) {
+    pr_ = PendingRope{true, x.as<float>(), n_heads, n, positions,
+                      static_cast<const int32_t*>(pos.dev), static_cast<const float*>(freq.dev),
+                      p.inv_freq, p.head_dim, p.rotary_dim, p.neox, p.attention_factor};
+    return;
+  }
+  EMBER_CUDA_CHECK(launch_rope(x.as<float>(), static_cast<const int32_t*>(pos.dev),
+                               static_cast<const float*>(freq.dev), n, n_heads, p.head_dim,
+                               p.rotary_dim, p.neox, p.attention_factor, stream_, /*pdl=*/true));
 }
 
 void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) {
+  flush();
   require(k, DType::F32, "kv_store k");
   require(v, DType::F32, "kv_store v");
   EMBER_CHECK(kv.k.device == Device::CUDA && kv.v.device == Device::CUDA && kv.k.dtype == kv.v.dtype,
@@ -355,15 +323,16 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
   const int64_t n_slots = kv.k.dim(0) * kv.k.dim(1);
   for (int64_t i = 0; i < n; ++i) EMBER_CHECK(slots[i] < n_slots, "kv_store: slot {} out of range", slots[i]);
   if (n == 0) return;
-  MetaPack pack;
-  const size_t off = pack.add(slots, sizeof(int32_t) * static_cast<size_t>(n));
-  const auto* ds = reinterpret_cast<const int32_t*>(upload_meta(pack) + off);
-  EMBER_CUDA_CHECK(cuda::launch_kv_store(k.as<float>(), ds, static_cast<int>(n), row, kv.k.data, kv.k.dtype, stream_));
-  EMBER_CUDA_CHECK(cuda::launch_kv_store(v.as<float>(), ds, static_cast<int>(n), row, kv.v.data, kv.v.dtype, stream_));
+  MetaRef r{slots, sizeof(int32_t) * static_cast<size_t>(n)};
+  resolve({&r});
+  EMBER_CUDA_CHECK(launch_kv_store2(k.as<float>(), v.as<float>(), static_cast<const int32_t*>(r.dev),
+                                    static_cast<int>(n), row, kv.k.data, kv.v.data, kv.k.dtype,
+                                    stream_, /*pdl=*/true));
 }
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
                             const AttentionParams& p, Tensor& out) {
+  flush();
   require(q, DType::F32, "attention q");
   require(out, DType::F32, "attention out");
   EMBER_CHECK(kv.k.device == Device::CUDA && kv.k.dtype == kv.v.dtype && !kv.k_scales,
@@ -382,7 +351,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
 
   // Sequences with few query rows per K/V head take the decode kernel, the rest the prefill
   // kernel; one launch each.
-  cuda::PagedAttnArgs a;
+  PagedAttnArgs a;
   a.q = q.as<float>();
   a.out = out.as<float>();
   a.k = kv.k.data;
@@ -396,9 +365,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.scale = p.scale;
   a.softcap = p.logit_softcap;
   a.window = p.sliding_window;
+  a.pdl = true;
   const int group = p.n_heads / p.n_kv_heads;
-  const bool mma = cuda::attention_mma_supported(a.kv_type, a.head_dim);
-  EMBER_CHECK(mma || cuda::attention_simple_supported(a.kv_type, a.head_dim),
+  const bool mma = attention_mma_supported(a.kv_type, a.head_dim);
+  EMBER_CHECK(mma || attention_simple_supported(a.kv_type, a.head_dim),
               "attention: no CUDA kernel for {} K/V with head_dim {}", dtype_name(a.kv_type), a.head_dim);
   std::vector<int32_t> ids[2];  // [0] decode, [1] prefill
   int max_new[2] = {0, 0}, max_kv[2] = {0, 0};
@@ -413,28 +383,29 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     max_new[c] = std::max(max_new[c], n_new);
     max_kv[c] = std::max(max_kv[c], batch.seq_lens[s]);
   }
-  MetaPack pack;
-  const size_t qs_off = pack.add(batch.query_start, sizeof(int32_t) * static_cast<size_t>(n_seqs + 1));
-  const size_t sl_off = pack.add(batch.seq_lens, sizeof(int32_t) * static_cast<size_t>(n_seqs));
-  const size_t bt_off = pack.add(batch.block_tables, sizeof(int32_t) * static_cast<size_t>(n_seqs) *
-                                                         static_cast<size_t>(batch.max_blocks_per_seq));
-  const size_t id_off[2] = {pack.add(ids[0].data(), ids[0].size() * sizeof(int32_t)),
-                            pack.add(ids[1].data(), ids[1].size() * sizeof(int32_t))};
-  uint8_t* dm = upload_meta(pack);
-  a.query_start = reinterpret_cast<const int32_t*>(dm + qs_off);
-  a.seq_lens = reinterpret_cast<const int32_t*>(dm + sl_off);
-  a.block_tables = reinterpret_cast<const int32_t*>(dm + bt_off);
+  // A graph of decode steps plans its splits for the longest sequence it may see.
+  if (kv_bound_ > 0) max_kv[0] = std::max(max_kv[0], kv_bound_);
+  const size_t n = static_cast<size_t>(n_seqs);
+  MetaRef qs{batch.query_start, sizeof(int32_t) * (n + 1)};
+  MetaRef sl{batch.seq_lens, sizeof(int32_t) * n};
+  MetaRef bt{batch.block_tables, sizeof(int32_t) * n * static_cast<size_t>(batch.max_blocks_per_seq)};
+  MetaRef id_ref[2];
+  const int32_t* id_dev[2] = {seq_ids(ids[0], id_ref[0]), seq_ids(ids[1], id_ref[1])};
+  resolve({&qs, &sl, &bt, &id_ref[0], &id_ref[1]});
+  a.query_start = static_cast<const int32_t*>(qs.dev);
+  a.seq_lens = static_cast<const int32_t*>(sl.dev);
+  a.block_tables = static_cast<const int32_t*>(bt.dev);
   for (int c = 0; c < 2; ++c) {
     if (ids[c].empty()) continue;
-    cuda::PagedAttnArgs ac = a;
-    ac.seq_ids = reinterpret_cast<const int32_t*>(dm + id_off[c]);
+    PagedAttnArgs ac = a;
+    ac.seq_ids = id_dev[c] ? id_dev[c] : static_cast<const int32_t*>(id_ref[c].dev);
     ac.n_launch_seqs = static_cast<int>(ids[c].size());
     ac.max_new = max_new[c];
     ac.max_kv = max_kv[c];
     const AttnKernel kind = !mma ? AttnKernel::Simple : (c == 0 ? AttnKernel::Decode : AttnKernel::Prefill);
-    const size_t ws_bytes = cuda::attention_workspace_bytes(ac, kind, num_sms_);
-    void* ws = ws_bytes ? attn_ws_.get(ws_bytes, stream_) : nullptr;
-    EMBER_CUDA_CHECK(cuda::launch_paged_attention(ac, kind, ws, ws_bytes, num_sms_, stream_));
+    const size_t ws_bytes = attention_workspace_bytes(ac, kind, num_sms_);
+    void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;
+    EMBER_CUDA_CHECK(launch_paged_attention(ac, kind, ws, ws_bytes, num_sms_, stream_));
   }
 }
 
@@ -443,34 +414,58 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   require(up, DType::F32, "glu up");
   require(out, DType::F32, "glu out");
   EMBER_CHECK(gate.numel() == up.numel() && out.numel() == gate.numel(), "glu: shapes differ");
-  EMBER_CUDA_CHECK(cuda::launch_glu(gate.as<float>(), up.as<float>(), gelu_tanh, out.as<float>(),
-                                    gate.numel(), stream_));
+  const GemvSeg& g = pg_.segs[0];
+  const GemvSeg& u = pg_.segs[1];
+  const int variant = gemv_pick_variant(pg_.n, pg_.k);
+  if (pg_.count == 2 && g.out == gate.data && u.out == up.data && g.m == u.m && !g.bias && !u.bias &&
+      gate.numel() == pg_.n * g.m && out.data != up.data && (variant == 0 || variant == 1 || variant == 5)) {
+    // The gate and up GEMVs just before: one launch with the GLU in its epilogue.
+    pg_.count = 0;
+    EMBER_CUDA_CHECK(launch_gemv_bf16_glu(g.w, u.w, pg_.x, pg_.n, g.m, pg_.k, gelu_tanh,
+                                          out.as<float>(), g.out, u.out, variant, /*pdl=*/true, stream_));
+    return;
+  }
+  flush();
+  EMBER_CUDA_CHECK(launch_glu(gate.as<float>(), up.as<float>(), gelu_tanh, out.as<float>(),
+                              gate.numel(), stream_, /*pdl=*/true));
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  flush();
   require(a, DType::F32, "add a");
   require(b, DType::F32, "add b");
   require(out, DType::F32, "add out");
   EMBER_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "add: shapes differ");
-  EMBER_CUDA_CHECK(cuda::launch_add(a.as<float>(), b.as<float>(), out.as<float>(), a.numel(), stream_));
+  if (fuse_) {
+    pa_ = PendingAdd{true, a.as<float>(), b.as<float>(), out.as<float>(), a.numel()};
+    return;
+  }
+  EMBER_CUDA_CHECK(launch_add(a.as<float>(), b.as<float>(), out.as<float>(), a.numel(), stream_, /*pdl=*/true));
 }
 
 void CudaBackend::scale(Tensor& x, float s) {
+  flush();
   require(x, DType::F32, "scale x");
-  EMBER_CUDA_CHECK(cuda::launch_scale(x.as<float>(), s, x.numel(), stream_));
+  EMBER_CUDA_CHECK(launch_scale(x.as<float>(), s, x.numel(), stream_));
 }
 
-}  // namespace
+}  // namespace ember::cuda
 
-Result<std::unique_ptr<Backend>> create_cuda_backend(int device) { return CudaBackend::create(device); }
+namespace ember {
+
+Result<std::unique_ptr<Backend>> create_cuda_backend(int device) {
+  return cuda::CudaBackend::create(device);
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
-  auto r = CudaBackend::create(device);
+  auto r = cuda::CudaBackend::create(device);
   if (!r.is_ok()) {
     EMBER_LOG_ERROR("cuda backend: {}", r.message());
     return nullptr;
   }
   return std::move(r).value();
 }
+
+CudaStep* cuda_step(Backend& backend) { return dynamic_cast<CudaStep*>(&backend); }
 
 }  // namespace ember

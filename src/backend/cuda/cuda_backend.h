@@ -3,10 +3,16 @@
 // weights in BF16 (F32/F16/BF16 converted on the GPU; GGUF quantized types dequantized on the
 // host at load), dense GEMM through cuBLASLt, a bandwidth-bound GEMV for decode batches of
 // 1-4 rows, tensor-core paged attention. All work runs on one stream owned by the backend.
+//
+// Beyond the Backend interface, CudaStep (below) is what a runner uses to run whole steps
+// fast: per-step metadata in one upload, CUDA graphs of decode steps, free-memory queries.
 #include "backend/backend.h"
 #include "core/status.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace ember {
 
@@ -14,5 +20,49 @@ namespace ember {
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // The same, with the reason as a Status.
 Result<std::unique_ptr<Backend>> create_cuda_backend(int device);
+
+struct HostArray {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+struct GpuMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+// Step-level controls of a CUDA backend (cuda_step(backend) returns them, null for others).
+class CudaStep {
+ public:
+  virtual ~CudaStep() = default;
+
+  // Copies this step's host metadata arrays (token ids, positions, slots, block tables, ...)
+  // to one persistent device buffer with a single upload (through pinned memory). Until the
+  // next call, an op given a host pointer inside one of these arrays reads the device copy
+  // instead of uploading its own: no per-op copies, and fixed device addresses that a graph
+  // can capture. Arrays are laid out in order at 16-byte aligned offsets, so the same sizes
+  // in the same order give the same addresses. The arrays must stay unchanged until the
+  // step's work has been queued.
+  virtual void set_step_metadata(const std::vector<HostArray>& arrays) = 0;
+  virtual void clear_step_metadata() = 0;
+
+  // Decode attention plans its key-range splits for this many keys (0: the batch's longest
+  // sequence), so that a graph captured now stays right for any length up to the bound.
+  virtual void set_decode_kv_bound(int max_kv) = 0;
+
+  // CUDA graphs. Between begin_capture() and end_capture(key) ops are recorded, not run; the
+  // graph is stored under key. A capture fails (error, nothing stored) when an op needed
+  // host data outside the step metadata. launch_graph(key) replays it and returns false when
+  // no valid graph is stored (none captured, or device buffers it used were reallocated).
+  virtual Status begin_capture() = 0;
+  virtual Status end_capture(uint64_t key) = 0;
+  virtual bool launch_graph(uint64_t key) = 0;
+  virtual void drop_graphs() = 0;
+  virtual size_t num_graphs() const = 0;
+
+  virtual Result<GpuMemoryInfo> memory_info() = 0;
+};
+
+CudaStep* cuda_step(Backend& backend);
 
 }  // namespace ember

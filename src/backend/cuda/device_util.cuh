@@ -70,4 +70,49 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90+): a kernel launched with the PDL attribute may start
+// before its predecessor in the stream has finished; pdl_wait() blocks until that predecessor
+// has completed and its writes are visible (a no-op for a kernel launched without the
+// attribute). Every kernel the backend launches with pdl = true calls pdl_wait() before it
+// touches memory another kernel writes. pdl_launch_dependents() lets the next PDL kernel
+// start early.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// The gate activation of a GLU: SiLU, or GeLU with the tanh approximation.
+__device__ __forceinline__ float glu_act(float g, bool gelu_tanh) {
+  if (gelu_tanh) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.0f + expf(-g));
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the
+// previous kernel when pdl; returns the launch error.
+template <typename... KArgs, typename... Args>
+inline cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 }  // namespace ember::cuda

@@ -1,5 +1,7 @@
 // Per-element kernels. None of these is on the critical path of decode (the GEMVs and the
-// attention are), so they favour simple grid-stride loops over tuned tiles.
+// attention are), so they favour simple grid-stride loops over tuned tiles. The ones a decode
+// step runs between GEMVs wait for their producer with pdl_wait() first, so the backend can
+// launch them as programmatic dependents (their launch latency hides behind the GEMV drain).
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/elementwise.cuh"
 
@@ -37,42 +39,75 @@ cudaError_t convert_from(const S* src, DType dst_type, void* dst, int64_t n, cud
   return cudaGetLastError();
 }
 
+// Sum of v over the block (every thread gets it); scratch holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0.0f;
+    t = warp_sum(t);
+    if (lane == 0) scratch[0] = t;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
 // One block per row: sum of squares in f32, then the scaled write. Each thread reads every
 // element it later writes, so out may alias x.
 template <typename W>
 __global__ void rms_norm_kernel(const float* x, const W* __restrict__ w, float eps, float* out,
                                 int64_t d) {
+  pdl_wait();
+  pdl_launch_dependents();
   const float* xr = x + blockIdx.x * d;
   float* orow = out + blockIdx.x * d;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = warp_sum(ss);
   __shared__ float partial[32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = ss;
-  __syncthreads();
-  if (warp == 0) {
-    float v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
-    v = warp_sum(v);
-    if (lane == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(partial[0] / static_cast<float>(d) + eps);
+  const float inv = rsqrtf(block_sum(ss, partial) / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * inv * to_float<W>(w[i]);
 }
 
-// One thread per rotated pair.
-__global__ void rope_kernel(float* x, const int32_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int64_t n, int n_heads,
-                            int head_dim, int rotary_dim, bool neox, float factor) {
+// sum = a + b, then out = rms_norm(sum) * w, one block per row. Each thread re-reads only the
+// sums it wrote itself, so sum may alias a or b and out may alias sum.
+template <typename W>
+__global__ void add_rms_norm_kernel(const float* a, const float* b, float* sum,
+                                    const W* __restrict__ w, float eps, float* out, int64_t d) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r0 = blockIdx.x * d;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = a[r0 + i] + b[r0 + i];
+    sum[r0 + i] = v;
+    ss += v * v;
+  }
+  __shared__ float partial[32];
+  const float inv = rsqrtf(block_sum(ss, partial) / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[r0 + i] = sum[r0 + i] * inv * to_float<W>(w[i]);
+}
+
+// One thread per rotated pair, over the heads of x1 then those of x2 (q and k in one launch;
+// x2 may be null with n_heads2 = 0).
+__global__ void rope_kernel(float* x1, int n_heads1, float* x2, int n_heads2,
+                            const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t n, int head_dim,
+                            int rotary_dim, bool neox, float factor) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int half = rotary_dim / 2;
-  const int64_t total = n * n_heads * half;
+  const int heads = n_heads1 + n_heads2;
+  const int64_t total = n * heads * half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int i = static_cast<int>(idx % half);
-    const int64_t th = idx / half;  // token * n_heads + head
-    const int64_t t = th / n_heads;
-    float* v = x + th * head_dim;
+    const int64_t th = idx / half;  // token * heads + head
+    const int64_t t = th / heads;
+    const int h = static_cast<int>(th % heads);
+    float* v = h < n_heads1 ? x1 + (t * n_heads1 + h) * head_dim
+                            : x2 + (t * n_heads2 + (h - n_heads1)) * head_dim;
     const float theta = static_cast<float>(positions[t]) * inv_freq[i];
     float sn, cs;
     sincosf(theta, &sn, &cs);
@@ -86,22 +121,18 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ positions,
   }
 }
 
-__device__ __forceinline__ float act(float g, bool gelu_tanh) {
-  if (gelu_tanh) {
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
-  }
-  return g / (1.0f + expf(-g));
-}
-
 __global__ void glu_kernel(const float* gate, const float* up, bool gelu_tanh, float* out,
                            int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = act(gate[i], gelu_tanh) * up[i];
+    out[i] = glu_act(gate[i], gelu_tanh) * up[i];
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     out[i] = a[i] + b[i];
@@ -157,43 +188,64 @@ cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void
 }
 
 cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
-                            int64_t rows, int64_t d, cudaStream_t stream) {
+                            int64_t rows, int64_t d, cudaStream_t stream, bool pdl) {
   if (rows == 0) return cudaSuccess;
   // Small rows (per-head q/k norms) get one warp's worth of threads, model-width rows more.
   const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
-  const auto grid = static_cast<unsigned>(rows);
+  const dim3 grid(static_cast<unsigned>(rows));
   if (w_type == DType::F32)
-    rms_norm_kernel<<<grid, threads, 0, stream>>>(x, static_cast<const float*>(w), eps, out, d);
-  else if (w_type == DType::BF16)
-    rms_norm_kernel<<<grid, threads, 0, stream>>>(x, static_cast<const __nv_bfloat16*>(w), eps,
-                                                  out, d);
-  else
-    return cudaErrorInvalidValue;
-  return cudaGetLastError();
+    return launch_kernel(rms_norm_kernel<float>, grid, dim3(threads), 0, stream, pdl, x,
+                         static_cast<const float*>(w), eps, out, d);
+  if (w_type == DType::BF16)
+    return launch_kernel(rms_norm_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, pdl, x,
+                         static_cast<const __nv_bfloat16*>(w), eps, out, d);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, const void* w,
+                                DType w_type, float eps, float* out, int64_t rows, int64_t d,
+                                cudaStream_t stream, bool pdl) {
+  if (rows == 0) return cudaSuccess;
+  const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (w_type == DType::F32)
+    return launch_kernel(add_rms_norm_kernel<float>, grid, dim3(threads), 0, stream, pdl, a, b,
+                         sum, static_cast<const float*>(w), eps, out, d);
+  if (w_type == DType::BF16)
+    return launch_kernel(add_rms_norm_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, pdl,
+                         a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, d);
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n,
                         int n_heads, int head_dim, int rotary_dim, bool neox,
-                        float attention_factor, cudaStream_t stream) {
-  const int64_t total = n * n_heads * (rotary_dim / 2);
+                        float attention_factor, cudaStream_t stream, bool pdl) {
+  return launch_rope2(x, n_heads, nullptr, 0, positions, inv_freq, n, head_dim, rotary_dim, neox,
+                      attention_factor, stream, pdl);
+}
+
+cudaError_t launch_rope2(float* x1, int n_heads1, float* x2, int n_heads2,
+                         const int32_t* positions, const float* inv_freq, int64_t n, int head_dim,
+                         int rotary_dim, bool neox, float attention_factor, cudaStream_t stream,
+                         bool pdl) {
+  const int64_t total = n * (n_heads1 + n_heads2) * (rotary_dim / 2);
   if (total == 0) return cudaSuccess;
-  rope_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, positions, inv_freq, n, n_heads,
-                                                        head_dim, rotary_dim, neox,
-                                                        attention_factor);
-  return cudaGetLastError();
+  return launch_kernel(rope_kernel, dim3(grid_for(total)), dim3(kThreads), 0, stream, pdl, x1,
+                       n_heads1, x2, n_heads2, positions, inv_freq, n, head_dim, rotary_dim, neox,
+                       attention_factor);
 }
 
 cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t n,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool pdl) {
   if (n == 0) return cudaSuccess;
-  glu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, gelu_tanh, out, n);
-  return cudaGetLastError();
+  return launch_kernel(glu_kernel, dim3(grid_for(n)), dim3(kThreads), 0, stream, pdl, gate, up,
+                       gelu_tanh, out, n);
 }
 
-cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream,
+                       bool pdl) {
   if (n == 0) return cudaSuccess;
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
-  return cudaGetLastError();
+  return launch_kernel(add_kernel, dim3(grid_for(n)), dim3(kThreads), 0, stream, pdl, a, b, out, n);
 }
 
 cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {

@@ -1,7 +1,8 @@
 #pragma once
 // Launchers of the small per-element CUDA kernels: dtype conversion, RMSNorm, RoPE, GLU, add,
 // scale, bias. Plain C++ declarations so host code built by g++ can call them. Each returns
-// the launch's error (cudaGetLastError), which the caller checks.
+// the launch's error (cudaGetLastError), which the caller checks. pdl: launch as a
+// programmatic dependent of the previous kernel (see device_util.cuh).
 #include "core/dtype.h"
 
 #include <cuda_runtime.h>
@@ -17,20 +18,33 @@ cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void
 // out = x / sqrt(mean(x^2) + eps) * w per row.   x, out [rows, d] F32 (may alias);
 // w [d] F32 or BF16.
 cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
-                            int64_t rows, int64_t d, cudaStream_t stream);
+                            int64_t rows, int64_t d, cudaStream_t stream, bool pdl = false);
+
+// sum = a + b; out = sum / sqrt(mean(sum^2) + eps) * w per row (residual add + the next norm
+// in one pass).   a, b, sum, out [rows, d] F32 (sum may alias a or b, out may alias sum).
+cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, const void* w,
+                                DType w_type, float eps, float* out, int64_t rows, int64_t d,
+                                cudaStream_t stream, bool pdl = false);
 
 // Rotates x in place.   x [n, n_heads, head_dim] F32; positions [n] and inv_freq
 // [rotary_dim / 2] in device memory.
 cudaError_t launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n,
                         int n_heads, int head_dim, int rotary_dim, bool neox,
-                        float attention_factor, cudaStream_t stream);
+                        float attention_factor, cudaStream_t stream, bool pdl = false);
+// The same rotation of two tensors in one launch (q [n, n_heads1, head_dim] and k [n,
+// n_heads2, head_dim] of one step).
+cudaError_t launch_rope2(float* x1, int n_heads1, float* x2, int n_heads2,
+                         const int32_t* positions, const float* inv_freq, int64_t n, int head_dim,
+                         int rotary_dim, bool neox, float attention_factor, cudaStream_t stream,
+                         bool pdl = false);
 
 // out = act(gate) * up, act silu or gelu-tanh.   all [n] F32; out may alias gate.
 cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t n,
-                       cudaStream_t stream);
+                       cudaStream_t stream, bool pdl = false);
 
 // out = a + b.   all [n] F32; out may alias a or b.
-cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream,
+                       bool pdl = false);
 
 // x *= s.   x [n] F32.
 cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream);

@@ -1,10 +1,13 @@
 // BF16-weight GEMV. One warp owns R output rows; each lane streams 16-byte chunks (8 bf16)
 // of those rows with U chunks per row in flight before the first use, so a warp keeps
 // R * U * 512 bytes of weight loads outstanding; x (F32, at most 4 * k * 4 bytes) is read
-// through L1, where every warp of the SM finds it. The grid has one task per warp (no
-// persistent loop): tasks are short, so the block scheduler balances the tail. With
-// programmatic dependent launch the next kernel's blocks start (and stream their first
-// weights) while this one drains, which hides most of the per-kernel ramp of a decode step.
+// through L1, where every warp of the SM finds it, or staged in shared memory. The grid has
+// one task per warp (no persistent loop): tasks are short, so the block scheduler balances the
+// tail. Up to kGemvMaxSegs matrices sharing x form one grid (fused q/k/v or gate/up), and in
+// GLU mode each warp reads the same rows of the gate and the up matrix and writes
+// act(gate) * up. With programmatic dependent launch the next kernel's blocks start (and
+// stream their first weights) while this one drains, which hides most of the per-kernel ramp
+// of a decode step.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
 
@@ -27,43 +30,82 @@ __device__ __forceinline__ float dot8(uint4 w, float4 x0, float4 x1) {
   return s;
 }
 
-template <int N, int R, int U, bool kSmemX>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_kernel(const uint16_t* __restrict__ w, const float* __restrict__ x,
-                     const float* __restrict__ bias, float* __restrict__ out, int64_t m,
-                     int64_t k) {
+struct MultiArgs {
+  const uint16_t* w[kGemvMaxSegs] = {};
+  const float* bias[kGemvMaxSegs] = {};
+  float* out[kGemvMaxSegs] = {};
+  int64_t m[kGemvMaxSegs] = {};
+  int64_t task_end[kGemvMaxSegs] = {};  // cumulative warp tasks of segments 0..s
+  int n_segs = 0;
+  int64_t n_tasks = 0;
+  const float* x = nullptr;
+  int64_t k = 0;
+  // GLU mode: w[0] gate, w[1] up (task_end over w[0] only).
+  float* glu_out = nullptr;
+  float* gate_out = nullptr;
+  float* up_out = nullptr;
+  bool gelu = false;
+};
+
+template <int N, int R, int U, bool kSmemX, bool kGlu>
+__global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const MultiArgs A) {
+  constexpr int RR = kGlu ? 2 * R : R;  // weight rows per warp (gate rows, then up rows)
   const int lane = threadIdx.x % 32;
-  const int64_t row0 = (blockIdx.x * int64_t{kWarps} + threadIdx.x / 32) * R;
-  if (!kSmemX && row0 >= m) return;  // (with x in shared memory every warp reaches the barrier)
+  int64_t task = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
+  const bool active = task < A.n_tasks;
+  // (with x in shared memory every warp reaches the barrier; idle ones redo the last task)
+  if (!active) {
+    if constexpr (!kSmemX) return;
+    task = A.n_tasks - 1;
+  }
+  // The segment of this task, selected with constant indices (no local-memory copy of A).
+  const uint16_t* w = A.w[0];
+  const float* bias = A.bias[0];
+  float* out = A.out[0];
+  int64_t m = A.m[0], t0 = 0;
+#pragma unroll
+  for (int s = 1; s < kGemvMaxSegs; ++s) {
+    if (!kGlu && s < A.n_segs && task >= A.task_end[s - 1]) {
+      w = A.w[s];
+      bias = A.bias[s];
+      out = A.out[s];
+      m = A.m[s];
+      t0 = A.task_end[s - 1];
+    }
+  }
+  const int64_t k = A.k;
+  const int64_t row0 = (task - t0) * R;
   const int64_t k8 = k / 8;  // 16-byte chunks per row
-  const uint4* wr[R];
+  const uint4* wr[RR];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    // Rows past m (last warp only) re-read row m - 1 and are never stored.
+    // Rows past m (last warp of a segment only) re-read row m - 1 and are never stored.
     const int64_t row = row0 + r < m ? row0 + r : m - 1;
     wr[r] = reinterpret_cast<const uint4*>(w + row * k);
+    if constexpr (kGlu) wr[R + r] = reinterpret_cast<const uint4*>(A.w[1] + row * k);
   }
-  float acc[R][N];
+  float acc[RR][N];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < RR; ++r)
 #pragma unroll
     for (int j = 0; j < N; ++j) acc[r][j] = 0.0f;
 
   // The first loads touch only weights, so under programmatic dependent launch they are
   // issued while the previous kernel (the producer of x) drains; x is read after the wait.
-  uint4 wv[R][U];
+  uint4 wv[RR][U];
   auto load = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = base + u * 32;
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+      for (int r = 0; r < RR; ++r)
         wv[r][u] = idx < k8 ? load_stream_16(wr[r] + idx) : make_uint4(0, 0, 0, 0);
     }
   };
   load(lane);
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // no-op without a dependency
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  pdl_wait();  // no-op without a dependency
+  pdl_launch_dependents();
+  const float* x = A.x;
   extern __shared__ float4 s_x[];  // [N * k / 4] when kSmemX
   if constexpr (kSmemX) {
     const float4* xg = reinterpret_cast<const float4*>(x);
@@ -87,51 +129,49 @@ __global__ void __launch_bounds__(kWarps * 32)
             x1 = __ldg(xp + 1);
           }
 #pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][j] += dot8(wv[r][u], x0, x1);
+          for (int r = 0; r < RR; ++r) acc[r][j] += dot8(wv[r][u], x0, x1);
         }
       }
     }
     if (base + 32 * U < k8) load(base + 32 * U);
   }
+  if (!active) return;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       const float v = warp_sum(acc[r][j]);
-      if (lane == 0 && row0 + r < m) out[j * m + row0 + r] = v + (bias ? bias[row0 + r] : 0.0f);
+      if constexpr (kGlu) {
+        const float u = warp_sum(acc[R + r][j]);
+        if (lane == 0 && row0 + r < m) {
+          const int64_t i = j * m + row0 + r;
+          if (A.gate_out) A.gate_out[i] = v;
+          if (A.up_out) A.up_out[i] = u;
+          A.glu_out[i] = glu_act(v, A.gelu) * u;
+        }
+      } else {
+        if (lane == 0 && row0 + r < m) out[j * m + row0 + r] = v + (bias ? bias[row0 + r] : 0.0f);
+      }
     }
 }
 
-template <int N, int R, int U, bool kSmemX>
-cudaError_t launch(const void* w, const float* x, const float* bias, float* out, int64_t m,
-                   int64_t k, bool pdl, cudaStream_t stream) {
-  const int64_t tasks = (m + R - 1) / R;
-  const size_t smem = kSmemX ? static_cast<size_t>(N * k) * sizeof(float) : 0;
-  if (kSmemX) {
+template <int N, int R, int U, bool kSmemX, bool kGlu>
+cudaError_t launch(const MultiArgs& A, bool pdl, cudaStream_t stream) {
+  auto kernel = gemv_bf16_kernel<N, R, U, kSmemX, kGlu>;
+  const size_t smem = kSmemX ? static_cast<size_t>(N * A.k) * sizeof(float) : 0;
+  if constexpr (kSmemX) {
     if (static_cast<int64_t>(smem) > kGemvMaxSmemX) return cudaErrorInvalidValue;
-    const cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<N, R, U, kSmemX>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
+    // Once per kernel: the limit, not this launch's size (and never inside a graph capture).
+    static const cudaError_t attr = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemvMaxSmemX));
+    if (attr != cudaSuccess) return attr;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((tasks + kWarps - 1) / kWarps));
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_bf16_kernel<N, R, U, kSmemX>,
-                                           static_cast<const uint16_t*>(w), x, bias, out, m, k);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  const auto grid = static_cast<unsigned>((A.n_tasks + kWarps - 1) / kWarps);
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
-template <int N>
-cudaError_t launch_n(int variant, const void* w, const float* x, const float* bias, float* out,
-                     int64_t m, int64_t k, bool pdl, cudaStream_t stream) {
+template <int N, bool kGlu>
+cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t stream) {
   static_assert(kGemvVariants[0].rows_per_warp == 1 && kGemvVariants[0].unroll == 8);
   static_assert(kGemvVariants[1].rows_per_warp == 2 && kGemvVariants[1].unroll == 4);
   static_assert(kGemvVariants[2].rows_per_warp == 4 && kGemvVariants[2].unroll == 4);
@@ -139,12 +179,29 @@ cudaError_t launch_n(int variant, const void* w, const float* x, const float* bi
   static_assert(kGemvVariants[4].rows_per_warp == 1 && kGemvVariants[4].unroll == 8);
   static_assert(kGemvVariants[5].rows_per_warp == 2 && kGemvVariants[5].unroll == 4);
   switch (variant) {
-    case 0: return launch<N, 1, 8, false>(w, x, bias, out, m, k, pdl, stream);
-    case 1: return launch<N, 2, 4, false>(w, x, bias, out, m, k, pdl, stream);
-    case 2: return launch<N, 4, 4, false>(w, x, bias, out, m, k, pdl, stream);
-    case 3: return launch<N, 2, 8, false>(w, x, bias, out, m, k, pdl, stream);
-    case 4: return launch<N, 1, 8, true>(w, x, bias, out, m, k, pdl, stream);
-    case 5: return launch<N, 2, 4, true>(w, x, bias, out, m, k, pdl, stream);
+    case 0: return launch<N, 1, 8, false, kGlu>(A, pdl, stream);
+    case 1: return launch<N, 2, 4, false, kGlu>(A, pdl, stream);
+    case 5: return launch<N, 2, 4, true, kGlu>(A, pdl, stream);
+    default: break;
+  }
+  if constexpr (!kGlu) {
+    switch (variant) {
+      case 2: return launch<N, 4, 4, false, false>(A, pdl, stream);
+      case 3: return launch<N, 2, 8, false, false>(A, pdl, stream);
+      case 4: return launch<N, 1, 8, true, false>(A, pdl, stream);
+      default: break;
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <bool kGlu>
+cudaError_t dispatch(int n, int variant, const MultiArgs& A, bool pdl, cudaStream_t stream) {
+  switch (n) {
+    case 1: return launch_n<1, kGlu>(variant, A, pdl, stream);
+    case 2: return launch_n<2, kGlu>(variant, A, pdl, stream);
+    case 3: return launch_n<3, kGlu>(variant, A, pdl, stream);
+    case 4: return launch_n<4, kGlu>(variant, A, pdl, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -158,14 +215,59 @@ bool gemv_supported(int n, int64_t k, const void* x, const void* w) {
 
 cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, float* out, int n,
                              int64_t m, int64_t k, int variant, bool pdl, cudaStream_t stream) {
-  if (m == 0) return cudaSuccess;
-  switch (n) {
-    case 1: return launch_n<1>(variant, w, x, bias, out, m, k, pdl, stream);
-    case 2: return launch_n<2>(variant, w, x, bias, out, m, k, pdl, stream);
-    case 3: return launch_n<3>(variant, w, x, bias, out, m, k, pdl, stream);
-    case 4: return launch_n<4>(variant, w, x, bias, out, m, k, pdl, stream);
-    default: return cudaErrorInvalidValue;
+  GemvSeg seg;
+  seg.w = w;
+  seg.bias = bias;
+  seg.out = out;
+  seg.m = m;
+  return launch_gemv_bf16_multi(&seg, 1, x, n, k, variant, pdl, stream);
+}
+
+cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
+                                   int64_t k, int variant, bool pdl, cudaStream_t stream) {
+  if (n_segs < 1 || n_segs > kGemvMaxSegs || variant < 0 || variant >= kGemvNumVariants)
+    return cudaErrorInvalidValue;
+  const int R = kGemvVariants[variant].rows_per_warp;
+  MultiArgs A;
+  int64_t tasks = 0;
+  int used = 0;
+  for (int s = 0; s < n_segs; ++s) {
+    if (segs[s].m == 0) continue;  // an empty matrix takes no tasks
+    A.w[used] = static_cast<const uint16_t*>(segs[s].w);
+    A.bias[used] = segs[s].bias;
+    A.out[used] = segs[s].out;
+    A.m[used] = segs[s].m;
+    tasks += (segs[s].m + R - 1) / R;
+    A.task_end[used] = tasks;
+    ++used;
   }
+  if (used == 0) return cudaSuccess;
+  A.n_segs = used;
+  A.n_tasks = tasks;
+  A.x = x;
+  A.k = k;
+  return dispatch<false>(n, variant, A, pdl, stream);
+}
+
+cudaError_t launch_gemv_bf16_glu(const void* w_gate, const void* w_up, const float* x, int n,
+                                 int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
+                                 float* up_out, int variant, bool pdl, cudaStream_t stream) {
+  if (m == 0) return cudaSuccess;
+  if (variant != 0 && variant != 1 && variant != 5) return cudaErrorInvalidValue;
+  const int R = kGemvVariants[variant].rows_per_warp;
+  MultiArgs A;
+  A.w[0] = static_cast<const uint16_t*>(w_gate);
+  A.w[1] = static_cast<const uint16_t*>(w_up);
+  A.m[0] = A.m[1] = m;
+  A.n_segs = 1;
+  A.n_tasks = A.task_end[0] = (m + R - 1) / R;
+  A.x = x;
+  A.k = k;
+  A.glu_out = out;
+  A.gate_out = gate_out == out ? nullptr : gate_out;
+  A.up_out = up_out;
+  A.gelu = gelu_tanh;
+  return dispatch<true>(n, variant, A, pdl, stream);
 }
 
 }  // namespace ember::cuda

@@ -10,11 +10,16 @@ namespace ember::cuda {
 
 // out[i, :] = table[ids[i], :].   table [n_rows, d] F32/F16/BF16, ids [n] device, out [n, d] F32.
 cudaError_t launch_get_rows(const void* table, DType table_type, const int32_t* ids, int n,
-                            int64_t d, float* out, cudaStream_t stream);
+                            int64_t d, float* out, cudaStream_t stream, bool pdl = false);
 
 // cache[slots[i]] = src[i] for one of K or V.   src [n, row] F32; cache [n_slots, row] of
 // cache_type (F32/F16/BF16), row = n_kv_heads * head_dim; slots [n] device, < 0 skipped.
 cudaError_t launch_kv_store(const float* src, const int32_t* slots, int n, int64_t row,
                             void* cache, DType cache_type, cudaStream_t stream);
+// K and V of one step in one launch (v / v_cache may be null: K only).   pdl: launch as a
+// programmatic dependent of the previous kernel.
+cudaError_t launch_kv_store2(const float* k, const float* v, const int32_t* slots, int n,
+                             int64_t row, void* k_cache, void* v_cache, DType cache_type,
+                             cudaStream_t stream, bool pdl = false);
 
 }  // namespace ember::cuda

@@ -1,0 +1,165 @@
+#pragma once
+// CudaBackend, the class behind make_cuda_backend (internal to src/backend/cuda). Its code is
+// split in two files: cuda_backend.cpp (creation, memory, weights and the ops) and
+// cuda_backend_step.cpp (step metadata, CUDA graphs, deferred launches that fuse ops).
+//
+// Fusion by deferral: matmul, add and rope are not launched at once when the next op may
+// join them; any other call (and download / synchronize / capture end) launches what is
+// pending first, so the stream order every op observes is the one the caller asked for.
+//   - GEMV matmuls (BF16 weights, <= 4 rows) that read the same x: one multi-matrix launch
+//     (q/k/v; gate/up), and gate/up followed by glu(gate, up): one GEMV with the GLU epilogue;
+//   - add(a, b, out) followed by rms_norm(out, ...): one residual-add + norm kernel;
+//   - rope(q) followed by rope(k) with the same positions and parameters: one launch.
+// EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called).
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/gemv.cuh"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ember::cuda {
+
+class CudaBackend final : public Backend, public CudaStep {
+ public:
+  static Result<std::unique_ptr<Backend>> create(int device);
+  ~CudaBackend() override;
+
+  // Backend
+  std::string name() const override { return "cuda:" + gpu_name_; }
+  Device device() const override { return Device::CUDA; }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+  Result<Tensor> prepare_weight(const Tensor& host) override;
+  void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override;
+  void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) override;
+  void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                 const AttentionParams& p, Tensor& out) override;
+  void glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(Tensor& x, float s) override;
+
+  // CudaStep
+  void set_step_metadata(const std::vector<HostArray>& arrays) override;
+  void clear_step_metadata() override { step_arrays_.clear(); }
+  void set_decode_kv_bound(int max_kv) override { kv_bound_ = max_kv; }
+  Status begin_capture() override;
+  Status end_capture(uint64_t key) override;
+  bool launch_graph(uint64_t key) override;
+  void drop_graphs() override;
+  size_t num_graphs() const override { return graphs_.size(); }
+  Result<GpuMemoryInfo> memory_info() override;
+
+ private:
+  CudaBackend() = default;
+
+  // Device scratch that grows on demand (all users run on one stream, so a region is free
+  // for the next op as soon as the previous op is queued). Growing outside a capture waits
+  // for the stream and drops every graph; inside a capture the old buffer is kept alive
+  // (the graph may use it) until graphs are dropped. Either way epoch_ moves on, which
+  // invalidates graphs captured before.
+  struct Scratch {
+    void* p = nullptr;
+    size_t n = 0;
+  };
+  void* scratch(Scratch& s, size_t bytes);
+
+  // A host array an op needs on the device: a step-metadata copy, else a per-op upload.
+  struct MetaRef {
+    const void* host = nullptr;
+    size_t bytes = 0;
+    const void* dev = nullptr;
+  };
+  void resolve(std::initializer_list<MetaRef*> refs);
+  const void* lookup(const void* host, size_t bytes) const;
+  const int32_t* seq_ids(const std::vector<int32_t>& ids, MetaRef& ref);
+  bool on_device(const void* p);
+
+  // Deferred launches (see the file comment).
+  void flush();
+  bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
+  struct PendingGemv {
+    int count = 0;
+    const float* x = nullptr;
+    int n = 0;
+    int64_t k = 0;
+    GemvSeg segs[kGemvMaxSegs];
+  };
+  struct PendingAdd {
+    bool active = false;
+    const float* a = nullptr;
+    const float* b = nullptr;
+    float* out = nullptr;
+    int64_t n = 0;
+  };
+  struct PendingRope {
+    bool active = false;
+    float* x = nullptr;
+    int n_heads = 0;
+    int64_t n = 0;
+    const int32_t* host_positions = nullptr;
+    const int32_t* positions = nullptr;  // device
+    const float* inv_freq = nullptr;     // device
+    const float* host_inv_freq = nullptr;
+    int head_dim = 0, rotary_dim = 0;
+    bool neox = true;
+    float factor = 1.0f;
+  };
+
+  Status upload_converted(const Tensor& host, Tensor& dst);
+
+  int device_ = 0;
+  int num_sms_ = 0;
+  std::string gpu_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LtGemm> lt_;
+  void* lt_ws_ = nullptr;
+  Scratch meta_, xconv_, attn_ws_, staging_, step_dev_;
+  std::vector<void*> weights_;  // device copies made by prepare_weight
+  int32_t* iota_ = nullptr;     // [kIotaSize] 0, 1, 2, ... (sequence-id lists of whole batches)
+  static constexpr int kIotaSize = 1 << 16;
+  std::unordered_map<const void*, bool> device_ptr_cache_;
+
+  // Step metadata: pinned staging, the device copy (step_dev_) and the arrays it holds.
+  void* meta_host_ = nullptr;
+  size_t meta_host_bytes_ = 0;
+  cudaEvent_t meta_event_ = nullptr;
+  bool meta_event_pending_ = false;
+  struct StepArray {
+    const uint8_t* host;
+    size_t bytes;
+    const uint8_t* dev;
+  };
+  std::vector<StepArray> step_arrays_;
+  int kv_bound_ = 0;
+
+  // Graphs.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t epoch = 0;
+  };
+  std::map<uint64_t, Graph> graphs_;
+  uint64_t epoch_ = 0;
+  bool capturing_ = false;
+  bool capture_failed_ = false;
+  std::vector<void*> graveyard_;  // scratch buffers replaced during a capture
+
+  bool fuse_ = true;
+  PendingGemv pg_;
+  PendingAdd pa_;
+  PendingRope pr_;
+};
+
+}  // namespace ember::cuda

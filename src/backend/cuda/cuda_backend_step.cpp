@@ -1,0 +1,250 @@
+// CudaBackend, step level: the step-metadata buffer (one upload per step instead of one per
+// op), CUDA graph capture and replay, growing scratch without breaking graphs, and the
+// deferred launches that fuse neighbouring ops (see cuda_backend_impl.h).
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/elementwise.cuh"
+#include "core/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 16;
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + bn && pb < pa + an;
+}
+
+}  // namespace
+
+void* CudaBackend::scratch(Scratch& s, size_t bytes) {
+  if (bytes <= s.n) return s.p;
+  const size_t n = std::max<size_t>(bytes + bytes / 4, 1u << 16);
+  void* p = nullptr;
+  if (capturing_) {
+    // The graph being captured (and older ones) may use the old buffer: keep it alive.
+    if (s.p) graveyard_.push_back(s.p);
+  } else {
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    drop_graphs();
+    if (s.p) EMBER_CUDA_CHECK(cudaFree(s.p));
+  }
+  s.p = nullptr;
+  s.n = 0;
+  EMBER_CUDA_CHECK(cudaMalloc(&p, n));
+  s.p = p;
+  s.n = n;
+  ++epoch_;
+  return p;
+}
+
+const void* CudaBackend::lookup(const void* host, size_t bytes) const {
+  const auto* h = static_cast<const uint8_t*>(host);
+  for (const StepArray& a : step_arrays_)
+    if (h >= a.host && h + bytes <= a.host + a.bytes) return a.dev + (h - a.host);
+  return nullptr;
+}
+
+void CudaBackend::resolve(std::initializer_list<MetaRef*> refs) {
+  size_t total = 0;
+  std::vector<std::pair<MetaRef*, size_t>> misses;
+  for (MetaRef* r : refs) {
+    if (r->dev || r->bytes == 0 || r->host == nullptr) continue;
+    r->dev = lookup(r->host, r->bytes);
+    if (r->dev) continue;
+    misses.emplace_back(r, total);
+    total = align_up(total + r->bytes);
+  }
+  if (misses.empty()) return;
+  if (capturing_) {
+    // Host data outside the step metadata would be baked into the graph: fail the capture
+    // (the pointers below only keep the recorded launches well-formed; nothing runs them).
+    capture_failed_ = true;
+    for (auto& [r, off] : misses) r->dev = iota_;
+    return;
+  }
+  std::vector<uint8_t> pack(total);
+  for (auto& [r, off] : misses) std::memcpy(pack.data() + off, r->host, r->bytes);
+  auto* d = static_cast<uint8_t*>(scratch(meta_, total));
+  // Pageable source: staged before cudaMemcpyAsync returns, so `pack` may go away.
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(d, pack.data(), total, cudaMemcpyHostToDevice, stream_));
+  for (auto& [r, off] : misses) r->dev = d + off;
+}
+
+const int32_t* CudaBackend::seq_ids(const std::vector<int32_t>& ids, MetaRef& ref) {
+  bool identity = ids.size() <= static_cast<size_t>(kIotaSize);
+  for (size_t i = 0; identity && i < ids.size(); ++i) identity = ids[i] == static_cast<int32_t>(i);
+  if (identity) return ids.empty() ? nullptr : iota_;
+  ref.host = ids.data();
+  ref.bytes = ids.size() * sizeof(int32_t);
+  return nullptr;
+}
+
+bool CudaBackend::on_device(const void* p) {
+  auto it = device_ptr_cache_.find(p);
+  if (it != device_ptr_cache_.end()) return it->second;
+  cudaPointerAttributes attr{};
+  bool dev = false;
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // plain host memory may report an error on old drivers
+  } else {
+    dev = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  }
+  if (device_ptr_cache_.size() < 64) device_ptr_cache_.emplace(p, dev);
+  return dev;
+}
+
+// ---- deferred launches ----
+
+bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
+  if (!fuse_) return false;
+  const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
+  if (w.dtype != DType::BF16 || n > kGemvMaxBatch || !gemv_supported(static_cast<int>(n), k, x.data, w.data))
+    return false;
+  const size_t x_bytes = static_cast<size_t>(n * k) * sizeof(float);
+  const size_t out_bytes = static_cast<size_t>(n * m) * sizeof(float);
+  if (overlaps(out.data, out_bytes, x.data, x_bytes)) return false;
+  bool join = pg_.count > 0 && pg_.count < kGemvMaxSegs && pg_.x == x.as<float>() && pg_.n == n && pg_.k == k;
+  for (int s = 0; join && s < pg_.count; ++s) {
+    const size_t b = static_cast<size_t>(n * pg_.segs[s].m) * sizeof(float);
+    if (overlaps(out.data, out_bytes, pg_.segs[s].out, b)) join = false;
+  }
+  if (!join) {
+    flush();
+    pg_.x = x.as<float>();
+    pg_.n = static_cast<int>(n);
+    pg_.k = k;
+  }
+  GemvSeg& seg = pg_.segs[pg_.count++];
+  seg.w = w.data;
+  seg.bias = bias;
+  seg.out = out.as<float>();
+  seg.m = m;
+  return true;
+}
+
+void CudaBackend::flush() {
+  if (pg_.count > 0) {
+    const int count = pg_.count;
+    pg_.count = 0;
+    EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
+                                            gemv_pick_variant(pg_.n, pg_.k), /*pdl=*/true, stream_));
+  }
+  if (pa_.active) {
+    pa_.active = false;
+    EMBER_CUDA_CHECK(launch_add(pa_.a, pa_.b, pa_.out, pa_.n, stream_, /*pdl=*/true));
+  }
+  if (pr_.active) {
+    pr_.active = false;
+    EMBER_CUDA_CHECK(launch_rope(pr_.x, pr_.positions, pr_.inv_freq, pr_.n, pr_.n_heads,
+                                 pr_.head_dim, pr_.rotary_dim, pr_.neox, pr_.factor, stream_,
+                                 /*pdl=*/true));
+  }
+}
+
+// ---- step metadata ----
+
+void CudaBackend::set_step_metadata(const std::vector<HostArray>& arrays) {
+  EMBER_CHECK(!capturing_, "set_step_metadata during a graph capture");
+  flush();
+  step_arrays_.clear();
+  size_t total = 0;
+  for (const HostArray& a : arrays) total = align_up(total + a.bytes);
+  if (total == 0) return;
+  // The pinned staging is reused: wait until the previous step's upload has read it.
+  if (meta_event_pending_) EMBER_CUDA_CHECK(cudaEventSynchronize(meta_event_));
+  meta_event_pending_ = false;
+  if (total > meta_host_bytes_) {
+    if (meta_host_) EMBER_CUDA_CHECK(cudaFreeHost(meta_host_));
+    meta_host_ = nullptr;
+    meta_host_bytes_ = 0;
+    const size_t n = std::max<size_t>(total + total / 4, 1u << 16);
+    EMBER_CUDA_CHECK(cudaHostAlloc(&meta_host_, n, cudaHostAllocDefault));
+    meta_host_bytes_ = n;
+  }
+  auto* dev = static_cast<uint8_t*>(scratch(step_dev_, total));
+  auto* host = static_cast<uint8_t*>(meta_host_);
+  size_t off = 0;
+  for (const HostArray& a : arrays) {
+    if (a.bytes > 0) std::memcpy(host + off, a.data, a.bytes);
+    if (a.bytes > 0 && a.data) step_arrays_.push_back({static_cast<const uint8_t*>(a.data), a.bytes, dev + off});
+    off = align_up(off + a.bytes);
+  }
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
+  EMBER_CUDA_CHECK(cudaEventRecord(meta_event_, stream_));
+  meta_event_pending_ = true;
+}
+
+// ---- graphs ----
+
+Status CudaBackend::begin_capture() {
+  if (capturing_) return Status::error("begin_capture: already capturing");
+  flush();
+  EMBER_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  capturing_ = true;
+  capture_failed_ = false;
+  return Status::ok();
+}
+
+Status CudaBackend::end_capture(uint64_t key) {
+  if (!capturing_) return Status::error("end_capture without begin_capture");
+  flush();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  capturing_ = false;
+  if (e != cudaSuccess || capture_failed_ || graph == nullptr) {
+    (void)cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    return Status::errorf("graph capture failed ({})", e != cudaSuccess ? cudaGetErrorString(e)
+                                                        : "an op needed host data outside the step metadata");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (ie != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::errorf("cudaGraphInstantiate: {}", cudaGetErrorString(ie));
+  }
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) cudaGraphExecDestroy(it->second.exec);
+  graphs_[key] = Graph{exec, epoch_};
+  return Status::ok();
+}
+
+bool CudaBackend::launch_graph(uint64_t key) {
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) return false;
+  if (it->second.epoch != epoch_) {  // a buffer it uses was reallocated since
+    cudaGraphExecDestroy(it->second.exec);
+    graphs_.erase(it);
+    return false;
+  }
+  flush();
+  EMBER_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+  return true;
+}
+
+void CudaBackend::drop_graphs() {
+  if (capturing_) return;
+  if (graphs_.empty() && graveyard_.empty()) return;
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+  for (void* p : graveyard_) cudaFree(p);
+  graveyard_.clear();
+}
+
+Result<GpuMemoryInfo> CudaBackend::memory_info() {
+  GpuMemoryInfo info;
+  EMBER_CUDA_TRY(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+}  // namespace ember::cuda
