@@ -2,6 +2,8 @@
 """Writes tests/fixtures/chat/expected.json: the renderings of our own chat templates
 (tests/fixtures/chat/templates/*.jinja) by jinja2, configured exactly as Hugging Face
 transformers configures it for apply_chat_template, over a set of conversations.
+The fixtures are written with transformers' own renderer; `--check --replica` verifies
+them with a replica of its jinja2 setup, for Pythons that only have jinja2.
 
 The C++ test (tests/chat/chat_fixture_test.cpp) renders the same cases with ember and
 compares the text exactly. Run with a Python that has transformers and jinja2:
@@ -17,7 +19,11 @@ import pathlib
 import sys
 
 import jinja2
-from transformers.utils import chat_template_utils as ctu
+
+try:  # the reference: transformers' own renderer
+    from transformers.utils import chat_template_utils as ctu
+except ImportError:  # test venvs without transformers use the replica below
+    ctu = None
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "chat"
@@ -33,7 +39,77 @@ class FixedDatetime(dt.datetime):
         return dt.datetime.fromtimestamp(NOW, tz)
 
 
-ctu.datetime = FixedDatetime
+if ctu is not None:
+    ctu.datetime = FixedDatetime
+
+
+def replica_environment():
+    """jinja2 configured the way transformers' _compile_jinja_template configures it, for
+    Pythons without transformers: sandboxed and immutable, trim_blocks, lstrip_blocks,
+    loop controls, a {% generation %} tag, json.dumps-based tojson, raise_exception,
+    strftime_now, and namespaces that refuse underscore-prefixed attributes."""
+    import json as _json
+
+    from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.utils import Namespace
+
+    class GenerationTag(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+        def _render_body(self, caller):
+            return caller()
+
+    def check_name(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
+                "Please rename the attribute.")
+
+    class CheckedNamespace(Namespace):
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                check_name(name)
+            Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            check_name(name)
+            Namespace.__setitem__(self, name, value)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return _json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: FixedDatetime.now().strftime(fmt)
+    env.globals["dict"] = dict
+    env.globals["namespace"] = CheckedNamespace
+    return env
+
+
+def replica_messages(messages):
+    """transformers' message preparation: drop None values, alias the reasoning field."""
+    out = []
+    for message in messages:
+        message = {k: v for k, v in message.items() if v is not None}
+        reasoning = next((message[k] for k in ("reasoning_content", "thinking", "reasoning")
+                          if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
 
 TOOLS = [
     {
@@ -132,14 +208,21 @@ EXTRA_CONTEXTS = {
 NO_TOKEN_SETS = ("single_user", "multi_turn")
 
 
-def render(source, case):
-    messages = ctu._normalize_chat_messages(case["messages"])
+def render(source, case, use_transformers=None):
+    """Renders one case as transformers' apply_chat_template would (without tokenizing)."""
+    if use_transformers is None:
+        use_transformers = ctu is not None
     kwargs = dict(case.get("extra_context", {}))
     tools = kwargs.pop("tools", None)
     documents = kwargs.pop("documents", None)
     for key in ("bos_token", "eos_token"):
         if case.get(key):
             kwargs[key] = case[key]
+    if not use_transformers:
+        template = replica_environment().from_string(source)
+        return template.render(messages=replica_messages(case["messages"]), tools=tools, documents=documents,
+                               add_generation_prompt=case["add_generation_prompt"], **kwargs)
+    messages = ctu._normalize_chat_messages(case["messages"])
     rendered, _ = ctu.render_jinja_template(
         conversations=[messages],
         tools=tools,
@@ -151,7 +234,7 @@ def render(source, case):
     return rendered[0]
 
 
-def build_cases():
+def build_cases(use_transformers=None):
     cases = []
     for path in sorted((FIXTURES / "templates").glob("*.jinja")):
         name = path.stem
@@ -172,7 +255,7 @@ def build_cases():
                             **tokens,
                         }
                         try:
-                            case["expected"] = {"ok": True, "text": render(source, case)}
+                            case["expected"] = {"ok": True, "text": render(source, case, use_transformers)}
                         except jinja2.exceptions.TemplateError as e:
                             if type(e) is jinja2.exceptions.TemplateError:
                                 # raise_exception(): ember must report the same message.
@@ -188,8 +271,16 @@ def build_cases():
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare with the committed expected.json")
+    parser.add_argument("--replica", action="store_true",
+                        help="render with the built-in replica of transformers' jinja2 setup even when transformers is installed")
     args = parser.parse_args()
-    cases = build_cases()
+    if ctu is None and not args.check:
+        print("transformers is not installed: the committed fixtures must come from transformers itself",
+              file=sys.stderr)
+        return 2
+    use_transformers = ctu is not None and not args.replica
+    print(f"reference: {'transformers' if use_transformers else 'replica of transformers jinja2 setup'}")
+    cases = build_cases(use_transformers)
     text = json.dumps(
         {"generator": "tools/make_chat_fixtures.py", "jinja2": jinja2.__version__, "cases": cases},
         ensure_ascii=False, indent=1) + "\n"

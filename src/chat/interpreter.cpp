@@ -216,7 +216,13 @@ Result<Flow> Interpreter::exec(const Stmt& stmt, const FramePtr& frame, std::str
       EMBER_RETURN_IF_ERROR(at_line(append_output(out, text.value())));
       return Flow::kNormal;
     }
-    case StmtKind::kScope: return exec_body(stmt.body, frame, out);
+    case StmtKind::kScope: {
+      // transformers renders {% generation %} bodies as a call block: a scope of its own,
+      // and break/continue cannot cross it.
+      EMBER_ASSIGN_OR_RETURN(Flow flow, exec_body(stmt.body, child_frame(frame), out));
+      if (flow != Flow::kNormal) return at_line(Status::error("'break' or 'continue' inside {% generation %}"));
+      return Flow::kNormal;
+    }
   }
   return Flow::kNormal;
 }

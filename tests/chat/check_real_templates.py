@@ -5,7 +5,9 @@ For every GGUF file under the model cache (default $EMBER_MODELS or ~/.cache/emb
 as installed by scripts/get-models.sh) or given on the command line, reads
 tokenizer.chat_template and the bos/eos tokens with the `gguf` package, renders the
 standard conversations of tools/make_chat_fixtures.py with jinja2 exactly as transformers
-does, renders the same cases with ember (tests/chat/render_template), and compares.
+does (with transformers when it is installed, else with the replica of its jinja2 setup in
+tools/make_chat_fixtures.py), renders the same cases with ember (tests/chat/render_template),
+and compares.
 
 Templates are read from the model files at run time and never copied into the repo.
 
@@ -129,6 +131,8 @@ def main():
         print(f"no GGUF models found under {args.models_dir} (install them with scripts/get-models.sh)", file=sys.stderr)
         return 0 if args.allow_missing else 2
 
+    print(f"reference: {'transformers' if fx.ctu is not None else 'replica of transformers jinja2 setup (no transformers)'}; "
+          f"jinja2 {jinja2.__version__}")
     n_cases = n_bad = n_templates = 0
     for path in models:
         reader = GGUFReader(str(path))
