@@ -136,8 +136,10 @@ TEST_P(MatmulTest, AllDtypesOddShapes) {
   uint64_t seed = 1;
   for (DType t : kAllDtypes) {
     const int64_t bs = dtype_block_size(t);
-    const int64_t k_small = bs == 256 ? 256 : 32 * 5;
-    for (int64_t k : {k_small, int64_t{256 * 3}}) {
+    // Block-32 formats: 5 blocks (a quad and a single), 15 (8 + 4 + 3), 28 (3 x 8 + 4).
+    const std::vector<int64_t> ks = bs == 256 ? std::vector<int64_t>{256, 256 * 3}
+                                              : std::vector<int64_t>{32 * 5, 32 * 15, 32 * 28, 256 * 3};
+    for (int64_t k : ks) {
       for (int64_t n : {1, 3, 17}) {
         run_case(*backend_, {t, n, 37, k, n == 3}, seed++);
         if (HasFatalFailure()) return;
