@@ -14,6 +14,8 @@ Value Interpreter::lookup(const std::string& name, const FramePtr& frame) const 
 Result<Value> Interpreter::eval(const Expr& expr, const FramePtr& frame) {
   EMBER_RETURN_IF_ERROR(charge(1));
   auto result = eval_inner(expr, frame);
+  if (result.is_ok() && value_depth(result.value()) > kMaxValueDepth)
+    result = Status::errorf("value nested deeper than {} levels", kMaxValueDepth);
   if (result.is_ok() || raised_) return result;
   const std::string& msg = result.message();
   if (msg.rfind("line ", 0) == 0) return result;

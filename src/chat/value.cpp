@@ -56,8 +56,25 @@ Value Value::seq(std::vector<Value> items, SeqFlavor flavor) {
   return seq(std::move(d));
 }
 
-Value Value::seq(SeqData data) { return Value(Storage(std::make_shared<const SeqData>(std::move(data)))); }
-Value Value::dict(DictData data) { return Value(Storage(std::make_shared<const DictData>(std::move(data)))); }
+uint32_t value_depth(const Value& v) {
+  if (v.is_seq()) return v.as_seq().depth;
+  if (v.is_dict()) return v.as_dict().depth;
+  return 0;
+}
+
+Value Value::seq(SeqData data) {
+  uint32_t depth = 0;
+  for (const auto& item : data.items) depth = std::max(depth, value_depth(item));
+  data.depth = depth + 1;
+  return Value(Storage(std::make_shared<const SeqData>(std::move(data))));
+}
+
+Value Value::dict(DictData data) {
+  uint32_t depth = 0;
+  for (const auto& [k, v] : data.items) depth = std::max({depth, value_depth(k), value_depth(v)});
+  data.depth = depth + 1;
+  return Value(Storage(std::make_shared<const DictData>(std::move(data))));
+}
 Value Value::ns(NamespaceData data) { return Value(Storage(std::make_shared<NamespaceData>(std::move(data)))); }
 Value Value::callable(std::string name, NativeFn fn) {
   return Value(Storage(std::make_shared<const CallableData>(CallableData{std::move(name), std::move(fn)})));
@@ -253,8 +270,11 @@ Result<std::vector<Value>> iterate(const Value& v) {
   }
 }
 
-Result<Value> from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Result<Value> from_json_at(const nlohmann::ordered_json& j, uint32_t depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (depth > kMaxValueDepth) return Status::errorf("template input nested deeper than {} levels", kMaxValueDepth);
   switch (j.type()) {
     case T::null: return Value::none();
     case T::boolean: return Value(j.get<bool>());
@@ -272,7 +292,7 @@ Result<Value> from_json(const nlohmann::ordered_json& j) {
       std::vector<Value> items;
       items.reserve(j.size());
       for (const auto& e : j) {
-        EMBER_ASSIGN_OR_RETURN(Value item, from_json(e));
+        EMBER_ASSIGN_OR_RETURN(Value item, from_json_at(e, depth + 1));
         items.push_back(std::move(item));
       }
       return Value::seq(std::move(items));
@@ -281,7 +301,7 @@ Result<Value> from_json(const nlohmann::ordered_json& j) {
       DictData d;
       d.items.reserve(j.size());
       for (const auto& [k, e] : j.items()) {
-        EMBER_ASSIGN_OR_RETURN(Value item, from_json(e));
+        EMBER_ASSIGN_OR_RETURN(Value item, from_json_at(e, depth + 1));
         d.items.emplace_back(Value(k), std::move(item));
       }
       return Value::dict(std::move(d));
@@ -289,5 +309,9 @@ Result<Value> from_json(const nlohmann::ordered_json& j) {
     default: return Value::none();
   }
 }
+
+}  // namespace
+
+Result<Value> from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 1); }
 
 }  // namespace ember::chat

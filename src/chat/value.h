@@ -41,12 +41,14 @@ struct SeqData {
   std::vector<Value> items;
   SeqFlavor flavor = SeqFlavor::kList;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // only for kRange printing
+  uint32_t depth = 1;  // container nesting, set by Value::seq (bounds recursion on hostile input)
   // Generators are single-pass in Python: iteration resumes where the last one stopped.
   mutable size_t cursor = 0;
 };
 
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order, like Python dicts
+  uint32_t depth = 1;  // container nesting, set by Value::dict
   const Value* find(const Value& key) const;
   const Value* find(std::string_view key) const;
   void set(Value key, Value value);
@@ -139,6 +141,12 @@ class Value {
   explicit Value(Storage s) : v_(std::move(s)) {}
   Storage v_;
 };
+
+// Deepest nesting of lists/tuples/dicts a value may have. Deeper values are refused so that
+// printing, comparing and freeing them cannot overflow the stack.
+constexpr uint32_t kMaxValueDepth = 512;
+// Nesting depth of a container (0 for scalars).
+uint32_t value_depth(const Value& v);
 
 // Python's type(x).__name__, for error messages that match jinja2's.
 std::string type_name(const Value& v);

@@ -83,7 +83,7 @@ Result<std::string> json_key(const Value& k) {
 }
 
 Status dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth) {
-  if (depth > 200) return Status::error("ValueError: value nested too deeply for tojson");
+  if (depth > 2 * static_cast<int>(kMaxValueDepth)) return Status::error("ValueError: value nested too deeply for tojson");
   auto newline = [&](int level) {
     if (!o.has_indent) return;
     out.push_back('\n');
@@ -153,7 +153,7 @@ Status repr_items(std::string& out, const std::vector<Value>& items, int depth) 
 }
 
 Status repr_into(std::string& out, const Value& v, int depth) {
-  if (depth > 200) return Status::error("RecursionError: value nested too deeply to print");
+  if (depth > 2 * static_cast<int>(kMaxValueDepth)) return Status::error("RecursionError: value nested too deeply to print");
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       if (v.is_unsupported()) return undefined_error(v);

@@ -91,6 +91,26 @@ TEST(ChatTemplate, LimitsStopHostileTemplates) {
   expect_error_contains(render(nested_ifs), "nested too deeply");
 }
 
+TEST(ChatTemplate, DeeplyNestedValuesAreRefused) {
+  expect_error_contains(render("{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}"
+                               "{% endfor %}{{ ns.x | length }}"),
+                        "nested deeper");
+  Json deep = "leaf";
+  for (int i = 0; i < 2000; ++i) deep = Json::array({deep});
+  Json messages = Json::array({Json{{"role", "user"}, {"content", deep}}});
+  expect_error_contains(render("{{ messages | length }}", messages), "nested deeper");
+  // Nesting within the limit still renders.
+  auto r = render("{% set ns = namespace(x=[]) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}ok");
+  ASSERT_TRUE(r.is_ok()) << r.message();
+}
+
+TEST(ChatTemplate, ReferenceCyclesDoNotBreakRendering) {
+  auto r = render("{% set ns = namespace() %}{% set ns.me = ns %}{% macro m() %}{{ m is defined }}{% endmacro %}"
+                  "{% set ns.m = m %}{{ ns.m() }}");
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  EXPECT_EQ(r.value(), "True");
+}
+
 TEST(ChatTemplate, MessagesAreNormalizedLikeTransformers) {
   Json messages = Json::parse(R"([{"role": "assistant", "content": null, "reasoning": "why"}])");
   auto r = render("{{ messages[0] | tojson }}", messages);
