@@ -10,7 +10,7 @@ bench/peer/results/latest.json).
 
 Options: --threads N (default: all cores), --ctx N (512), --text FILE
 (data/eval/kjv-1samuel-100k.txt), --quick (data/eval/kjv-ruth-8k.txt at ctx 128, 1 repetition),
---reps N (llama-bench repetitions, 3), --no-ppl, --out FILE.
+--reps N (llama-bench repetitions, 3), --no-ppl, --out FILE, --omp-passive (see --help).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ)
 
 
 def log(msg: str) -> None:
@@ -65,7 +66,7 @@ def llama_bench(bins: Path, model: Path, threads: int, reps: int) -> dict:
     cmd = [str(bins / "llama-bench"), "-m", str(model), "-p", "512", "-n", "128",
            "-t", str(threads), "-r", str(reps), "-o", "json"]
     log(" ".join(cmd))
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     if r.returncode != 0:
         raise SystemExit(r.stderr[-3000:])
     rows = json.loads(r.stdout)
@@ -87,7 +88,7 @@ def llama_perplexity(bins: Path, model: Path, text: Path, ctx: int, threads: int
     cmd = [str(bins / "llama-perplexity"), "-m", str(model), "-f", str(text), "-c", str(ctx),
            "-b", str(min(ctx, 2048)), "-t", str(threads)]
     log(" ".join(cmd))
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     if r.returncode != 0:
         raise SystemExit(r.stdout[-3000:])
     final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", r.stdout)
@@ -133,8 +134,13 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-ppl", action="store_true")
+    ap.add_argument("--omp-passive", action="store_true",
+                    help="OMP_WAIT_POLICY=PASSIVE for llama.cpp: on a machine shared with other "
+                         "work, spinning OpenMP threads collapse (tg 10x slower); off by default")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "peer" / "results" / "latest.json")
     a = ap.parse_args()
+    if a.omp_passive:
+        ENV["OMP_WAIT_POLICY"] = "PASSIVE"
     text = a.text or REPO / "data" / "eval" / ("kjv-ruth-8k.txt" if a.quick else "kjv-1samuel-100k.txt")
     ctx = a.ctx or (128 if a.quick else 512)
     reps = a.reps or (1 if a.quick else 3)
@@ -145,6 +151,7 @@ def main() -> int:
               "llama_cpp": built.read_text().splitlines()[0] if built.exists() else "?",
               "llama_cpp_flags": "Release, GGML_NATIVE=ON (-march=native), OpenMP, CPU backend only",
               "text": str(text.relative_to(REPO)) if text.is_relative_to(REPO) else str(text),
+              "omp_wait_policy": ENV.get("OMP_WAIT_POLICY", "default (active spin)"),
               "ctx": ctx, "loadavg_1m_before": round(os.getloadavg()[0], 2),
               "note": "other processes share the cores: compare loadavg with the core count",
               "models": []}
