@@ -38,6 +38,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::create(TokenIndex vocab, const std::
     if (vocab.id_at(i) < 0) return Status::errorf("negative id {} for token '{}'", vocab.id_at(i), vocab.token_at(i));
     max_id = std::max(max_id, vocab.id_at(i));
   }
+  // Ids index dense tables; a stray huge id in a malformed file must not allocate gigabytes.
+  if (max_id >= kMaxTokenId) return Status::errorf("token id {} is out of range (max {})", max_id, kMaxTokenId - 1);
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->has_id_.assign(static_cast<size_t>(max_id + 1), false);
   m->bmp_char_ids_.assign(0x10000, -1);

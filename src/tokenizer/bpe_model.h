@@ -39,6 +39,7 @@ struct BpeOptions {
 
 class BpeModel {
  public:
+  static constexpr int32_t kMaxTokenId = 1 << 24;  // far above any real vocabulary
   // vocab: token -> id; merges in rank order (rank = index). Errors when a merge names a token
   // that is not in the vocabulary, as HF does.
   static Result<std::unique_ptr<BpeModel>> create(TokenIndex vocab,

@@ -64,7 +64,15 @@ TEST(Errors, BadInputsAreStatusNotCrash) {
   auto p = Tokenizer::from_hf_json(bad_pre, nullptr);
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.message().find("BertPreTokenizer"), std::string::npos);
+  auto huge_id = nlohmann::json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 2000000000}}})");
+  EXPECT_FALSE(Tokenizer::from_hf_json(huge_id, nullptr).is_ok());
   EXPECT_FALSE(Tokenizer::from_gguf_metadata(nlohmann::json::object()).is_ok());
+  auto short_types = nlohmann::json::parse(
+      R"({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b"], "tokenizer.ggml.token_type": [1]})");
+  EXPECT_FALSE(Tokenizer::from_gguf_metadata(short_types).is_ok());
+  auto bad_merge_gguf = nlohmann::json::parse(
+      R"({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b"], "tokenizer.ggml.merges": ["a b"]})");
+  EXPECT_FALSE(Tokenizer::from_gguf_metadata(bad_merge_gguf).is_ok());
   auto bert = nlohmann::json::parse(R"({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]})");
   EXPECT_FALSE(Tokenizer::from_gguf_metadata(bert).is_ok());
 }
