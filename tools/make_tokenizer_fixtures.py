@@ -184,9 +184,12 @@ def spm_bpe(normalizer, pre_tokenizer, decoder, train_normalizer):
     tok.normalizer = train_normalizer
     if pre_tokenizer is not None:
         tok.pre_tokenizer = pre_tokenizer
-    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
-                                  limit_alphabet=120)
-    tok.train_from_iterator(training_text()[5:], trainer)  # no stdlib source: keeps lines short
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    # No stdlib source (keeps lines short), and only characters below U+0400 (Latin, Greek), so
+    # that the corpus's other scripts, CJK and emoji go through byte fallback. (limit_alphabet
+    # would do it too, but it breaks frequency ties in hash order: the output would not repeat.)
+    lines = ["".join(c for c in line if ord(c) < 0x400) for line in training_text()[5:]]
+    tok.train_from_iterator(lines, trainer)
     j = json.loads(tok.to_str())
     # Put the byte tokens right after the specials, as SentencePiece vocabularies do.
     old = j["model"]["vocab"]

@@ -90,7 +90,11 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   size_t pos = 0;
   while (pos <= text.size()) {
     int rc = pcre2_match(as_code(code_), subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-    if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a resource limit: no more matches
+    // A JIT resource limit (its stack) is not "no match": retry in the interpreter, whose
+    // limits are far higher. What still fails is left as a gap (plain text), never dropped.
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
+      rc = pcre2_match(as_code(code_), subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+    if (rc < 0) break;
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t s = ov[0], e = ov[1];
     if (e > s) {
