@@ -32,6 +32,7 @@ struct Options {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{896, 896}, {4864, 896}, {896, 4864}, {151936, 896}};
   double min_time = 0.3;
   bool attention = true;
+  std::string attention_filter;  // only attention cases whose name contains this
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -153,6 +154,7 @@ void bench_attention(Backend& be, const Options& opt) {
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const auto& c : cases) {
+    if (!opt.attention_filter.empty() && std::string(c.name).find(opt.attention_filter) == std::string::npos) continue;
     const int bs = 16, n_blocks = (c.ctx + bs - 1) / bs;
     const size_t elems = static_cast<size_t>(n_blocks) * bs * c.n_kv * c.head_dim;
     std::vector<uint8_t> kc(elems * dtype_block_bytes(c.cache)), vc(kc.size());
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-attention") opt.attention = false;
     else if (a == "--cpu-time") g_cpu_time = true;
     else if (a == "--no-matmul") opt.dtypes.clear();
+    else if (a == "--attention-filter") opt.attention_filter = next();
     else {
       fmt::print(stderr, "usage: bench_kernels [--threads N] [--isa I] [--dtype a,b] [--n 1,512] [--shapes MxK,...] "
                          "[--min-time S] [--no-attention] [--no-matmul]\n");

@@ -19,7 +19,8 @@ namespace ember::cpu {
 namespace {
 
 constexpr int kKeyTile = 64;       // most keys per tile (the score row stride)
-constexpr int kRowsPerUnit = 16;   // query rows (tokens x heads of a group) per work unit
+constexpr int kRowsPerUnit = 64;   // query rows (tokens x heads of a group) per work unit:
+                                   // each K/V tile is converted once for all of them
 
 struct Unit {
   int seq;
@@ -42,9 +43,10 @@ struct UnitScratch {
   float* s;     // [rows, kKeyTile] scores of the current tile
   float* kbuf;  // [kKeyTile, head_dim]
   float* vbuf;  // [kKeyTile, head_dim]
+  float* work;  // [kKeyTile, head_dim] for the score kernel
   static size_t bytes(int rows, int head_dim) {
     const size_t f = static_cast<size_t>(rows) * head_dim * 2 + static_cast<size_t>(rows) * (2 + kKeyTile) +
-                     static_cast<size_t>(kKeyTile) * head_dim * 2;
+                     static_cast<size_t>(kKeyTile) * head_dim * 3;
     return f * sizeof(float) + 64;
   }
   static UnitScratch carve(uint8_t* base, int rows, int head_dim) {
@@ -63,6 +65,8 @@ struct UnitScratch {
     u.kbuf = f;
     f += static_cast<size_t>(kKeyTile) * head_dim;
     u.vbuf = f;
+    f += static_cast<size_t>(kKeyTile) * head_dim;
+    u.work = f;
     return u;
   }
 };
@@ -110,7 +114,7 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
       kv_read_head(kt, kv.v, kv.v_scales, slot, g.n_kv_heads, u.kv_head, D, sc.vbuf + static_cast<size_t>(t) * D);
     }
     // Scores of every row against the whole tile; masked entries are dropped below.
-    kt.attn_scores(sc.q, rows, sc.kbuf, nk, D, sc.s, kKeyTile);
+    kt.attn_scores(sc.q, rows, sc.kbuf, nk, D, sc.s, kKeyTile, sc.work);
     for (int r = 0; r < rows; ++r) {
       const int64_t qpos = pos0 + u.j0 + r / G;
       // Visible keys of this row within the tile: [tb, te).
@@ -124,8 +128,7 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
       const int tb = static_cast<int>(lo - t0), te = static_cast<int>(hi - t0);
       if (p.logit_softcap > 0.0f)
         for (int t = tb; t < te; ++t) srow[t] = p.logit_softcap * std::tanh(srow[t] / p.logit_softcap);
-      float tile_max = neg_inf;
-      for (int t = tb; t < te; ++t) tile_max = std::max(tile_max, srow[t]);
+      const float tile_max = kt.max_f32(srow + tb, te - tb);
       std::fill(srow, srow + tb, neg_inf);
       std::fill(srow + te, srow + nk, neg_inf);
       const float m_new = std::max(sc.m[r], tile_max);

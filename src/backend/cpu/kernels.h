@@ -101,11 +101,13 @@ struct KernelTable {
   void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
   // Sum of squares in double-free float arithmetic with a fixed lane order.
   float (*sum_squares)(const float* x, int64_t n) = nullptr;
+  float (*max_f32)(const float* x, int64_t n) = nullptr;  // -inf for n == 0
   // x[i] = exp(x[i] - max) in place (exp(-inf) = 0); returns the sum.
   float (*exp_sub_sum)(float* x, float max, int64_t n) = nullptr;
   // Attention tiles (row-major, head_dim d):
-  //   s[r * ld_s + t] = dot(q[r], k[t])            r < nr, t < nt
-  void (*attn_scores)(const float* q, int nr, const float* k, int nt, int d, float* s, int ld_s) = nullptr;
+  //   s[r * ld_s + t] = dot(q[r], k[t])            r < nr, t < nt <= 64
+  //   (work: scratch of 64 * d floats, for a transposed copy of k)
+  void (*attn_scores)(const float* q, int nr, const float* k, int nt, int d, float* s, int ld_s, float* work) = nullptr;
   //   o[r] += sum_t p[r * ld_p + t] * v[t]          r < nr (o rows of d floats)
   void (*attn_accumulate)(const float* p, int ld_p, int nr, const float* v, int nt, int d, float* o) = nullptr;
 };

@@ -2,7 +2,9 @@
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ember::cpu {
 
@@ -43,6 +45,12 @@ void gelu_tanh_mul(const float* g, const float* u, float* out, int64_t n) {
   }
 }
 
+float max_f32(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 float exp_sub_sum(float* x, float max, int64_t n) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -52,7 +60,7 @@ float exp_sub_sum(float* x, float max, int64_t n) {
   return sum;
 }
 
-void attn_scores(const float* q, int nr, const float* k, int nt, int d, float* s, int ld_s) {
+void attn_scores(const float* q, int nr, const float* k, int nt, int d, float* s, int ld_s, float*) {
   for (int r = 0; r < nr; ++r)
     for (int t = 0; t < nt; ++t) s[r * ld_s + t] = dot_f32(q + static_cast<size_t>(r) * d, k + static_cast<size_t>(t) * d, d);
 }
@@ -73,6 +81,7 @@ void register_scalar_kernels(KernelTable& kt) {
   kt.silu_mul = silu_mul;
   kt.gelu_tanh_mul = gelu_tanh_mul;
   kt.exp_sub_sum = exp_sub_sum;
+  kt.max_f32 = max_f32;
   kt.attn_scores = attn_scores;
   kt.attn_accumulate = attn_accumulate;
   register_scalar_act_quant(kt);

@@ -471,12 +471,17 @@ cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, 
 // Split count for decode: about one wave of two resident blocks per SM (measured on an H200
 // with 3 stages: fewer, longer blocks beat many short ones, whose start-up latency is not
 // hidden), and at least 4 tiles per split so the merge stays a small part of the traffic.
+// With fill_gpu, a launch too small to give every SM a block even so (a few sequences with
+// short contexts: batch-1 decode) may split down to one tile per split: its time is the
+// latency of one block's walk over its keys, which more splits shorten.
 void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* splits, int* split_len) {
   const int group = a.n_heads / a.n_kv_heads;
   *row_tiles = std::max(1, (a.max_new * group + kDecodeRows - 1) / kDecodeRows);
   const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads * *row_tiles);
   const int max_kv = std::max(1, a.max_kv);
-  const int max_splits = std::max(1, (max_kv + 4 * kTileKeys - 1) / (4 * kTileKeys));
+  int max_splits = std::max(1, (max_kv + 4 * kTileKeys - 1) / (4 * kTileKeys));
+  if (a.fill_gpu && base * max_splits < num_sms)
+    max_splits = std::max(max_splits, std::min((max_kv + kTileKeys - 1) / kTileKeys, (num_sms + base - 1) / base));
   int s = a.splits > 0 ? a.splits : (num_sms * 2 + base - 1) / base;
   s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
   const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;

@@ -52,6 +52,9 @@ struct PagedAttnArgs {
   int prefill_warps = 0;
   // Launch the tensor-core kernels as programmatic dependents of the previous kernel.
   bool pdl = false;
+  // Decode: when the launch has fewer blocks than SMs, split the key range finer (down to one
+  // 64-key tile per split) to shorten its latency (batch-1 decode).
+  bool fill_gpu = false;
 };
 
 bool attention_mma_supported(DType kv_type, int head_dim);

@@ -61,6 +61,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->gpu_name_ = prop.name;
   const char* fuse = std::getenv("EMBER_CUDA_FUSE");
   be->fuse_ = !(fuse && std::string(fuse) == "0");
+  const char* fill = std::getenv("EMBER_CUDA_ATTN_FILL");
+  be->attn_fill_ = !(fill && std::string(fill) == "0");
   EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->meta_event_, cudaEventDisableTiming));
   EMBER_ASSIGN_OR_RETURN(be->lt_, LtGemm::create());
@@ -277,15 +279,12 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
               "rope: rotary_dim {} head_dim {}", p.rotary_dim, p.head_dim);
   const int64_t n = x.dim(0);
   const int n_heads = static_cast<int>(x.dim(1));
-  if (pr_.active && pr_.host_positions == positions && pr_.n == n && pr_.host_inv_freq == p.inv_freq &&
-      pr_.head_dim == p.head_dim && pr_.rotary_dim == p.rotary_dim && pr_.neox == p.neox &&
-      pr_.factor == p.attention_factor && x.as<float>() != pr_.x) {
-    // q then k of one step: one launch.
-    pr_.active = false;
-    flush();
-    EMBER_CUDA_CHECK(launch_rope2(pr_.x, pr_.n_heads, x.as<float>(), n_heads, pr_.positions,
-                                  pr_.inv_freq, n, p.head_dim, p.rotary_dim, p.neox,
-                                  p.attention_factor, stream_, /*pdl=*/true));
+  if (pr_.active && !pr_.x2 && pr_.host_positions == positions && pr_.n == n &&
+      pr_.host_inv_freq == p.inv_freq && pr_.head_dim == p.head_dim && pr_.rotary_dim == p.rotary_dim &&
+      pr_.neox == p.neox && pr_.factor == p.attention_factor && x.as<float>() != pr_.x) {
+    // q then k of one step: one launch (at the next op, which may be the cache store).
+    pr_.x2 = x.as<float>();
+    pr_.n_heads2 = n_heads;
     return;
   }
   flush();
@@ -300,9 +299,10 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
     resolve({&pos, &freq});
   }
   if (fuse_) {
-    pr_ = PendingRope{true, x.as<float>(), n_heads, n, positions,
-                      static_cast<const int32_t*>(pos.dev), static_cast<const float*>(freq.dev),
-                      p.inv_freq, p.head_dim, p.rotary_dim, p.neox, p.attention_factor};
+    pr_ = PendingRope{true, x.as<float>(), n_heads, nullptr, 0, n, positions,
+                      static_cast<const int32_t*>(pos.dev), lookup(positions, pos.bytes) != nullptr,
+                      static_cast<const float*>(freq.dev), p.inv_freq, p.head_dim, p.rotary_dim,
+                      p.neox, p.attention_factor};
     return;
   }
   EMBER_CUDA_CHECK(launch_rope(x.as<float>(), static_cast<const int32_t*>(pos.dev),
@@ -311,7 +311,6 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
 }
 
 void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) {
-  flush();
   require(k, DType::F32, "kv_store k");
   require(v, DType::F32, "kv_store v");
   EMBER_CHECK(kv.k.device == Device::CUDA && kv.v.device == Device::CUDA && kv.k.dtype == kv.v.dtype,
@@ -322,9 +321,38 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
               shape_string(k), shape_string(v), shape_string(kv.k));
   const int64_t n_slots = kv.k.dim(0) * kv.k.dim(1);
   for (int64_t i = 0; i < n; ++i) EMBER_CHECK(slots[i] < n_slots, "kv_store: slot {} out of range", slots[i]);
+  // (the slots may be a per-op upload only if the rope's positions and frequencies are not: it
+  // would reuse their scratch before the fused kernel has read them)
+  const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(n);
+  const bool fuse_rope = pr_.active && pr_.x2 == k.data && pr_.n == n && pr_.rotary_dim == pr_.head_dim &&
+                         kv.k.dim(3) == pr_.head_dim && kv.k.dim(2) == pr_.n_heads2 && n > 0 &&
+                         (lookup(slots, slot_bytes) != nullptr ||
+                          (pr_.positions_in_step && pr_.inv_freq == pr_.host_inv_freq));
+  if (fuse_rope) pr_.active = false;  // launched below, with the store
+  flush();
   if (n == 0) return;
-  MetaRef r{slots, sizeof(int32_t) * static_cast<size_t>(n)};
+  MetaRef r{slots, slot_bytes};
   resolve({&r});
+  if (fuse_rope) {
+    RopeKvStoreArgs a;
+    a.q = pr_.x;
+    a.hq = pr_.n_heads;
+    a.k = pr_.x2;
+    a.v = v.as<float>();
+    a.hk = pr_.n_heads2;
+    a.positions = pr_.positions;
+    a.inv_freq = pr_.inv_freq;
+    a.slots = static_cast<const int32_t*>(r.dev);
+    a.n = n;
+    a.head_dim = pr_.head_dim;
+    a.neox = pr_.neox;
+    a.factor = pr_.factor;
+    a.k_cache = kv.k.data;
+    a.v_cache = kv.v.data;
+    a.cache_type = kv.k.dtype;
+    EMBER_CUDA_CHECK(launch_rope_kv_store(a, stream_, /*pdl=*/true));
+    return;
+  }
   EMBER_CUDA_CHECK(launch_kv_store2(k.as<float>(), v.as<float>(), static_cast<const int32_t*>(r.dev),
                                     static_cast<int>(n), row, kv.k.data, kv.v.data, kv.k.dtype,
                                     stream_, /*pdl=*/true));
@@ -366,6 +394,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.softcap = p.logit_softcap;
   a.window = p.sliding_window;
   a.pdl = true;
+  a.fill_gpu = attn_fill_;
   const int group = p.n_heads / p.n_kv_heads;
   const bool mma = attention_mma_supported(a.kv_type, a.head_dim);
   EMBER_CHECK(mma || attention_simple_supported(a.kv_type, a.head_dim),

@@ -9,8 +9,11 @@
 //   - GEMV matmuls (BF16 weights, <= 4 rows) that read the same x: one multi-matrix launch
 //     (q/k/v; gate/up), and gate/up followed by glu(gate, up): one GEMV with the GLU epilogue;
 //   - add(a, b, out) followed by rms_norm(out, ...): one residual-add + norm kernel;
-//   - rope(q) followed by rope(k) with the same positions and parameters: one launch.
+//   - rope(q) followed by rope(k) with the same positions and parameters, and then
+//     kv_store(k, v): one launch that rotates q and k and writes the cache.
 // EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called).
+// EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
+// launch leaves SMs idle (PagedAttnArgs::fill_gpu).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
@@ -108,9 +111,12 @@ class CudaBackend final : public Backend, public CudaStep {
     bool active = false;
     float* x = nullptr;
     int n_heads = 0;
+    float* x2 = nullptr;  // k, once rope(k) joined rope(q)
+    int n_heads2 = 0;
     int64_t n = 0;
     const int32_t* host_positions = nullptr;
     const int32_t* positions = nullptr;  // device
+    bool positions_in_step = false;      // a step-metadata copy (not in the per-op scratch)
     const float* inv_freq = nullptr;     // device
     const float* host_inv_freq = nullptr;
     int head_dim = 0, rotary_dim = 0;
@@ -157,6 +163,7 @@ class CudaBackend final : public Backend, public CudaStep {
   std::vector<void*> graveyard_;  // scratch buffers replaced during a capture
 
   bool fuse_ = true;
+  bool attn_fill_ = true;
   PendingGemv pg_;
   PendingAdd pa_;
   PendingRope pr_;

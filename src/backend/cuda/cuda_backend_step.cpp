@@ -143,9 +143,9 @@ void CudaBackend::flush() {
   }
   if (pr_.active) {
     pr_.active = false;
-    EMBER_CUDA_CHECK(launch_rope(pr_.x, pr_.positions, pr_.inv_freq, pr_.n, pr_.n_heads,
-                                 pr_.head_dim, pr_.rotary_dim, pr_.neox, pr_.factor, stream_,
-                                 /*pdl=*/true));
+    EMBER_CUDA_CHECK(launch_rope2(pr_.x, pr_.n_heads, pr_.x2, pr_.n_heads2, pr_.positions,
+                                  pr_.inv_freq, pr_.n, pr_.head_dim, pr_.rotary_dim, pr_.neox,
+                                  pr_.factor, stream_, /*pdl=*/true));
   }
 }
 

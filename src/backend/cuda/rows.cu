@@ -1,6 +1,8 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/rows.cuh"
 
+#include <algorithm>
+
 namespace ember::cuda {
 
 namespace {
@@ -31,6 +33,64 @@ __global__ void kv_store_kernel(const float* __restrict__ src0, T* __restrict__ 
   const float* s = (blockIdx.y == 0 ? src0 : src1) + blockIdx.x * row;
   T* d = (blockIdx.y == 0 ? cache0 : cache1) + static_cast<int64_t>(slot) * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) d[i] = from_float<T>(s[i]);
+}
+
+// RoPE of q [n, hq, D] and k [n, hk, D] in place (rotary_dim == D), and the rotated k and
+// v [n, hk, D] stored into the caches at slots (< 0 skipped): one thread per rotated pair,
+// then one per v element.
+template <typename T>
+__global__ void rope_kv_store_kernel(float* q, int hq, float* k, const float* __restrict__ v, int hk,
+                                     const int32_t* __restrict__ positions,
+                                     const float* __restrict__ inv_freq,
+                                     const int32_t* __restrict__ slots, int64_t n, int D, bool neox,
+                                     float factor, T* __restrict__ k_cache, T* __restrict__ v_cache) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int half = D / 2, heads = hq + hk;
+  const int64_t row = static_cast<int64_t>(hk) * D;
+  const int64_t n_rope = n * heads * half, total = n_rope + n * row;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    if (idx < n_rope) {
+      const int i = static_cast<int>(idx % half);
+      const int64_t th = idx / half;  // token * heads + head
+      const int64_t t = th / heads;
+      const int h = static_cast<int>(th % heads);
+      float* x = h < hq ? q + (t * hq + h) * D : k + (t * hk + (h - hq)) * D;
+      const float theta = static_cast<float>(positions[t]) * inv_freq[i];
+      float sn, cs;
+      sincosf(theta, &sn, &cs);
+      cs *= factor;
+      sn *= factor;
+      const int i0 = neox ? i : 2 * i;
+      const int i1 = neox ? i + half : 2 * i + 1;
+      const float a = x[i0], b = x[i1];
+      const float r0 = a * cs - b * sn, r1 = a * sn + b * cs;
+      x[i0] = r0;
+      x[i1] = r1;
+      if (h >= hq) {
+        const int32_t slot = slots[t];
+        if (slot >= 0) {
+          T* c = k_cache + static_cast<int64_t>(slot) * row + static_cast<int64_t>(h - hq) * D;
+          c[i0] = from_float<T>(r0);
+          c[i1] = from_float<T>(r1);
+        }
+      }
+    } else {
+      const int64_t e = idx - n_rope, t = e / row, r = e % row;
+      const int32_t slot = slots[t];
+      if (slot >= 0) v_cache[static_cast<int64_t>(slot) * row + r] = from_float<T>(v[t * row + r]);
+    }
+  }
+}
+
+template <typename T>
+cudaError_t rope_kv_store_typed(const RopeKvStoreArgs& a, cudaStream_t stream, bool pdl) {
+  const int64_t total = a.n * (a.hq + a.hk) * (a.head_dim / 2) + a.n * a.hk * a.head_dim;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535 * 4));
+  return launch_kernel(rope_kv_store_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, pdl, a.q, a.hq,
+                       a.k, a.v, a.hk, a.positions, a.inv_freq, a.slots, a.n, a.head_dim, a.neox,
+                       a.factor, static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache));
 }
 
 template <typename T>
@@ -65,6 +125,17 @@ cudaError_t launch_get_rows(const void* table, DType table_type, const int32_t* 
 cudaError_t launch_kv_store(const float* src, const int32_t* slots, int n, int64_t row,
                             void* cache, DType cache_type, cudaStream_t stream) {
   return launch_kv_store2(src, nullptr, slots, n, row, cache, nullptr, cache_type, stream, false);
+}
+
+cudaError_t launch_rope_kv_store(const RopeKvStoreArgs& a, cudaStream_t stream, bool pdl) {
+  if (a.n == 0) return cudaSuccess;
+  if (a.head_dim % 2 != 0) return cudaErrorInvalidValue;
+  switch (a.cache_type) {
+    case DType::F32: return rope_kv_store_typed<float>(a, stream, pdl);
+    case DType::F16: return rope_kv_store_typed<__half>(a, stream, pdl);
+    case DType::BF16: return rope_kv_store_typed<__nv_bfloat16>(a, stream, pdl);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_kv_store2(const float* k, const float* v, const int32_t* slots, int n,

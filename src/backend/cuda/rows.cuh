@@ -22,4 +22,26 @@ cudaError_t launch_kv_store2(const float* k, const float* v, const int32_t* slot
                              int64_t row, void* k_cache, void* v_cache, DType cache_type,
                              cudaStream_t stream, bool pdl = false);
 
+// RoPE of one step's q and k (rotary_dim == head_dim) and the K/V cache store in one launch:
+// q [n, hq, head_dim] and k [n, hk, head_dim] are rotated in place; the rotated k and
+// v [n, hk, head_dim] go to the caches at slots (device, < 0 skipped).
+struct RopeKvStoreArgs {
+  float* q = nullptr;
+  int hq = 0;
+  float* k = nullptr;
+  const float* v = nullptr;
+  int hk = 0;
+  const int32_t* positions = nullptr;  // device [n]
+  const float* inv_freq = nullptr;     // device [head_dim / 2]
+  const int32_t* slots = nullptr;      // device [n]
+  int64_t n = 0;
+  int head_dim = 0;
+  bool neox = true;
+  float factor = 1.0f;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  DType cache_type = DType::BF16;
+};
+cudaError_t launch_rope_kv_store(const RopeKvStoreArgs& a, cudaStream_t stream, bool pdl = false);
+
 }  // namespace ember::cuda
