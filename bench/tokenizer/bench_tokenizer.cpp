@@ -39,15 +39,10 @@ int main(int argc, char** argv) {
   }
   auto t0 = Clock::now();
   ember::Result<std::unique_ptr<ember::Tokenizer>> tok = ember::Status::error("unset");
-  if (model.size() > 5 && model.substr(model.size() - 5) == ".gguf") {
-    auto ws = ember::WeightSource::open(model);
-    if (!ws) {
-      std::fprintf(stderr, "%s\n", ws.message().c_str());
-      return 1;
-    }
-    tok = ember::Tokenizer::from_gguf_metadata((*ws)->metadata());
+  if (auto ws = ember::WeightSource::open(model); ws.is_ok()) {
+    tok = ember::Tokenizer::from_weight_source(**ws);
   } else {
-    tok = ember::Tokenizer::from_hf_dir(model);
+    tok = ember::Tokenizer::from_hf_dir(model);  // a tokenizer-only directory (no weights)
   }
   if (!tok) {
     std::fprintf(stderr, "%s\n", tok.message().c_str());

@@ -28,6 +28,8 @@
 
 namespace ember {
 
+class WeightSource;
+
 namespace tok {
 // Everything a loader extracts; Tokenizer::from_parts assembles it.
 struct TokenizerParts {
@@ -53,6 +55,8 @@ class Tokenizer {
   // GGUF metadata as JSON (key -> value, arrays as arrays), e.g. WeightSource::metadata().
   static Result<std::unique_ptr<Tokenizer>> from_gguf_metadata(const nlohmann::json& md);
   static Result<std::unique_ptr<Tokenizer>> from_parts(tok::TokenizerParts parts);
+  // The tokenizer of an opened checkpoint: GGUF metadata, or the HF directory's tokenizer.json.
+  static Result<std::unique_ptr<Tokenizer>> from_weight_source(const WeightSource& source);
 
   // add_special: the BOS/EOS the model's own tokenizer adds by default (HF add_special_tokens).
   // parse_special=false treats special tokens' text as plain text (HF encode_special_tokens).

@@ -54,7 +54,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_for(const nlohmann::json& expe
   if (path.size() > 5 && path.substr(path.size() - 5) == ".gguf") {
     auto ws = WeightSource::open(path);
     if (!ws) return ws.status();
-    return Tokenizer::from_gguf_metadata((*ws)->metadata());
+    return Tokenizer::from_weight_source(**ws);
   }
   return Tokenizer::from_hf_dir(path);
 }
