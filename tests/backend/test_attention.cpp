@@ -208,6 +208,15 @@ TEST_P(AttentionTest, LongPrefill) {
   run_attention_case(*backend_, {4, 1, 64, 100, 0.0f, DType::F16, {{300, 200}, {260, 1}}}, 41);
 }
 
+TEST_P(AttentionTest, LongDecodeSplitsKeys) {
+  // Few (seq, kv head) units and long contexts: keys are split across threads and merged.
+  run_attention_case(*backend_, {4, 1, 64, 0, 0.0f, DType::F32, {{2100, 1}}}, 70);
+  if (HasFatalFailure()) return;
+  run_attention_case(*backend_, {8, 1, 128, 0, 0.0f, DType::F16, {{1500, 3}}}, 71);
+  if (HasFatalFailure()) return;
+  run_attention_case(*backend_, {4, 1, 64, 1300, 30.0f, DType::F32, {{2600, 2}}}, 72);
+}
+
 TEST_P(AttentionTest, CacheDtypes) {
   uint64_t seed = 60;
   for (DType t : {DType::F16, DType::BF16, DType::I8, DType::FP8_E4M3}) {

@@ -8,24 +8,37 @@
 // prompt see more keys than early ones, so a static split would leave threads idle.
 #include "backend/cpu/context.h"
 #include "backend/cpu/kv_cache_format.h"
+#include "backend/cpu/spin_barrier.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace ember::cpu {
 
 namespace {
 
 constexpr int kKeyTile = 64;       // most keys per tile (the score row stride)
+constexpr int kMinKeysPerSplit = 512;  // keys below which splitting a unit does not pay
 constexpr int kRowsPerUnit = 64;   // query rows (tokens x heads of a group) per work unit:
                                    // each K/V tile is converted once for all of them
 
 struct Unit {
   int seq;
   int kv_head;
-  int j0, j1;  // query tokens [j0, j1) of the sequence's chunk
+  int j0, j1;          // query tokens [j0, j1) of the sequence's chunk
+  int split = 0;       // this item's part of the unit's keys (flash-decoding split)
+  int n_splits = 1;
+  int64_t partial = -1;  // index of its partial state when n_splits > 1
+};
+
+// Partial softmax state of one split item: o [rows, D] (unnormalized), m [rows], l [rows].
+struct Partial {
+  float* o;
+  float* m;
+  float* l;
 };
 
 struct Geometry {
@@ -71,8 +84,18 @@ struct UnitScratch {
   }
 };
 
+// Keys any row of unit u may see: [lo, hi).
+std::pair<int64_t, int64_t> unit_keys(const Unit& u, const AttentionBatch& b, const AttentionParams& p) {
+  const int n_new = b.query_start[u.seq + 1] - b.query_start[u.seq];
+  const int64_t pos0 = b.seq_lens[u.seq] - n_new;
+  const int64_t first_pos = pos0 + u.j0, last_pos = pos0 + u.j1 - 1;
+  const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, first_pos - p.sliding_window + 1) : 0;
+  return {lo, std::min<int64_t>(b.seq_lens[u.seq], last_pos + 1)};
+}
+
+// Runs item u; writes the normalized output, or (split items) its partial state.
 void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLayer& kv, const AttentionBatch& b,
-              const AttentionParams& p, const Geometry& g, UnitScratch& sc, float* out) {
+              const AttentionParams& p, const Geometry& g, UnitScratch& sc, float* out, const Partial* part) {
   const int D = g.head_dim;
   const int G = g.group;
   const int32_t q_first = b.query_start[u.seq];
@@ -94,11 +117,15 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
     sc.l[r] = 0.0f;
   }
 
-  // Keys any row of this unit may see.
-  const int64_t first_pos = pos0 + u.j0;
-  const int64_t last_pos = pos0 + u.j1 - 1;
-  int64_t k_lo = p.sliding_window > 0 ? std::max<int64_t>(0, first_pos - p.sliding_window + 1) : 0;
-  const int64_t k_hi = std::min<int64_t>(L, last_pos + 1);
+  // Keys of this item: the unit's visible range, or this split's share of it (whole tiles).
+  auto [k_lo, k_hi] = unit_keys(u, b, p);
+  if (u.n_splits > 1) {
+    const int64_t tiles = (k_hi - k_lo + g.key_tile - 1) / g.key_tile;
+    const int64_t per = (tiles + u.n_splits - 1) / u.n_splits * g.key_tile;
+    const int64_t lo = std::min(k_hi, k_lo + per * u.split);
+    k_hi = std::min(k_hi, lo + per);
+    k_lo = lo;
+  }
   const int32_t* table = b.block_tables + static_cast<int64_t>(u.seq) * b.max_blocks_per_seq;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
@@ -143,6 +170,12 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
     kt.attn_accumulate(sc.s, kKeyTile, rows, sc.vbuf, nk, D, sc.o);
   }
 
+  if (part) {
+    std::copy(sc.o, sc.o + static_cast<size_t>(rows) * D, part->o);
+    std::copy(sc.m, sc.m + rows, part->m);
+    std::copy(sc.l, sc.l + rows, part->l);
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     const int64_t tok = q_first + u.j0 + r / G;
     const int h = u.kv_head * G + r % G;
@@ -185,20 +218,77 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
   }
   if (units.empty()) return;
 
+  // Flash-decoding: with fewer units than threads (decode with few kv heads), long key
+  // ranges are split into parts that run in parallel and are merged afterwards.
+  const int nth = ctx.pool.size();
+  std::vector<Unit> items;
+  std::vector<size_t> first_item;  // per unit: index of its first item
+  int64_t n_partials = 0;
+  const size_t want = units.size() >= static_cast<size_t>(nth) ? 1 : (2 * static_cast<size_t>(nth) + units.size() - 1) / units.size();
+  for (const Unit& u : units) {
+    first_item.push_back(items.size());
+    auto [lo, hi] = unit_keys(u, batch, p);
+    const int splits = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(want), std::max<int64_t>(1, (hi - lo) / kMinKeysPerSplit)));
+    for (int sp = 0; sp < splits; ++sp) {
+      Unit it = u;
+      it.split = sp;
+      it.n_splits = splits;
+      it.partial = splits > 1 ? n_partials++ : -1;
+      items.push_back(it);
+    }
+  }
+
   const int max_rows = tokens_per_unit * g.group;
   const size_t scratch_bytes = UnitScratch::bytes(max_rows, g.head_dim);
   for (auto& s : ctx.thread_scratch) s.ensure(scratch_bytes);
+  const size_t partial_floats = static_cast<size_t>(max_rows) * (g.head_dim + 2);
+  auto* partials = reinterpret_cast<float*>(ctx.shared_scratch.ensure(sizeof(float) * partial_floats * static_cast<size_t>(n_partials) + 64));
+  auto partial_at = [&](int64_t i) {
+    float* base = partials + static_cast<size_t>(i) * partial_floats;
+    return Partial{base, base + static_cast<size_t>(max_rows) * g.head_dim, base + static_cast<size_t>(max_rows) * (g.head_dim + 1)};
+  };
+
   std::atomic<size_t> next{0};
+  SpinBarrier barrier(nth);
   float* pout = out.as<float>();
-  auto body = [&](int ith, int) {
+  auto body = [&](int ith, int n_run) {
     UnitScratch sc = UnitScratch::carve(ctx.thread_scratch[static_cast<size_t>(ith)].ensure(scratch_bytes), max_rows,
                                         g.head_dim);
-    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < units.size();
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < items.size();
          i = next.fetch_add(1, std::memory_order_relaxed)) {
-      run_unit(ctx.kt, units[i], q, kv, batch, p, g, sc, pout);
+      const Partial part = items[i].partial >= 0 ? partial_at(items[i].partial) : Partial{};
+      run_unit(ctx.kt, items[i], q, kv, batch, p, g, sc, pout, items[i].partial >= 0 ? &part : nullptr);
+    }
+    if (n_partials == 0) return;
+    if (n_run > 1) barrier.arrive_and_wait();
+    // Merge the parts of every split unit: O = sum_s e^(m_s - M) O_s / sum_s e^(m_s - M) l_s.
+    const Range ur = split_range(static_cast<int64_t>(units.size()), ith, n_run);
+    for (int64_t ui = ur.begin; ui < ur.end; ++ui) {
+      const Unit& u0 = items[first_item[static_cast<size_t>(ui)]];
+      if (u0.n_splits == 1) continue;
+      const int rows = (u0.j1 - u0.j0) * g.group;
+      const int32_t q_first = batch.query_start[u0.seq];
+      for (int r = 0; r < rows; ++r) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int sp = 0; sp < u0.n_splits; ++sp) mx = std::max(mx, partial_at(u0.partial + sp).m[r]);
+        const int64_t tok = q_first + u0.j0 + r / g.group;
+        const int h = u0.kv_head * g.group + r % g.group;
+        float* dst = pout + tok * per_token + static_cast<int64_t>(h) * g.head_dim;
+        std::fill(dst, dst + g.head_dim, 0.0f);
+        float l = 0.0f;
+        for (int sp = 0; sp < u0.n_splits; ++sp) {
+          const Partial pt = partial_at(u0.partial + sp);
+          if (pt.m[r] == -std::numeric_limits<float>::infinity()) continue;  // saw no keys
+          const float w = std::exp(pt.m[r] - mx);
+          l += w * pt.l[r];
+          ctx.kt.scale_axpy_f32(dst, 1.0f, w, pt.o + static_cast<size_t>(r) * g.head_dim, g.head_dim);
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int i = 0; i < g.head_dim; ++i) dst[i] *= inv;
+      }
     }
   };
-  if (units.size() == 1 || ctx.pool.size() == 1) {
+  if (nth == 1 || items.size() == 1) {
     body(0, 1);
   } else {
     ctx.pool.run(body);

@@ -7,14 +7,9 @@
 // panels, decoding each of its weight rows exactly once.
 #include "backend/cpu/context.h"
 #include "backend/cpu/matmul_gemm.h"
+#include "backend/cpu/spin_barrier.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
-
-#if defined(EMBER_CPU_X86)
-#include <immintrin.h>
-#endif
 
 namespace ember::cpu {
 
@@ -76,26 +71,6 @@ void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t ro
     }
   }
 }
-
-// Barrier inside one pool run: every thread of the run takes part.
-class SpinBarrier {
- public:
-  explicit SpinBarrier(int n) : n_(n) {}
-  void arrive_and_wait() {
-    arrived_.fetch_add(1, std::memory_order_acq_rel);
-    for (int spin = 0; arrived_.load(std::memory_order_acquire) < n_; ++spin) {
-#if defined(EMBER_CPU_X86)
-      _mm_pause();
-#endif
-      // A descheduled peer on a busy machine would make pure spinning burn our slice.
-      if (spin > 4096) std::this_thread::yield();
-    }
-  }
-
- private:
-  int n_;
-  std::atomic<int> arrived_{0};
-};
 
 }  // namespace
 
