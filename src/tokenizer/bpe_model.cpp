@@ -202,13 +202,14 @@ void BpeModel::merge(std::vector<int32_t>& ids, std::vector<uint32_t>& lens) con
 }
 
 void BpeModel::encode_word(const Piece& word, std::vector<int32_t>& out) const {
-  const auto& cache = cache_[word.byte_level ? 1 : 0];
+  WordCache& cache = cache_[word.byte_level ? 1 : 0];
   const bool cacheable = word.text.size() <= kMaxCachedWordBytes;
   if (cacheable) {
     std::shared_lock lock(cache_mutex_);
-    auto it = cache.find(std::string_view(word.text));
-    if (it != cache.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+    int32_t slot = cache.index.find(word.text);
+    if (slot >= 0) {
+      const auto& hit = cache.ids[static_cast<size_t>(slot)];
+      out.insert(out.end(), hit.begin(), hit.end());
       return;
     }
   }
@@ -228,8 +229,10 @@ void BpeModel::encode_word(const Piece& word, std::vector<int32_t>& out) const {
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
     std::unique_lock lock(cache_mutex_);
-    auto& c = cache_[word.byte_level ? 1 : 0];
-    if (c.size() < kCacheCapacity) c.emplace(word.text, std::move(ids));
+    if (cache.ids.size() < kCacheCapacity && !cache.index.contains(word.text)) {
+      cache.index.put(word.text, static_cast<int32_t>(cache.ids.size()));
+      cache.ids.push_back(std::move(ids));
+    }
   }
 }
 

@@ -74,12 +74,16 @@ class BpeModel {
   std::array<int32_t, 256> byte_char_ids_{};        // byte-level character of each byte, or -1
   std::array<int32_t, 256> byte_fallback_ids_{};    // <0xNN>, or -1
 
-  // Words seen before -> their ids. Bounded; encode() is const and may run on many threads.
+  // Words seen before -> their ids, for words of characters [0] and byte-level words [1] (the
+  // same text gives different symbols). Bounded; encode() is const and may run on many threads.
   static constexpr size_t kCacheCapacity = 1 << 16;
   static constexpr size_t kMaxCachedWordBytes = 256;  // as HF's BPE cache
+  struct WordCache {
+    TokenIndex index;                      // word -> slot in ids
+    std::vector<std::vector<int32_t>> ids;
+  };
   mutable std::shared_mutex cache_mutex_;
-  // [0]: words of characters, [1]: byte-level words (same text, different symbols).
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_[2];
+  mutable WordCache cache_[2];
 };
 
 }  // namespace ember::tok
