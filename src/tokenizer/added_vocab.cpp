@@ -9,13 +9,15 @@
 namespace ember::tok {
 
 namespace {
-// Rust regex \w: alphanumeric, marks, connector punctuation (join controls aside).
+// Rust regex \w (HF's single_word test): Alphabetic, marks, decimal digits, connector
+// punctuation, join controls.
 bool is_word_char(char32_t cp) {
   if (cp < 0x80) return std::isalnum(static_cast<int>(cp)) || cp == '_';
-  int8_t cat = u_charType(static_cast<UChar32>(cp));
-  return u_isalnum(static_cast<UChar32>(cp)) || cat == U_NON_SPACING_MARK || cat == U_ENCLOSING_MARK ||
-         cat == U_COMBINING_SPACING_MARK || cat == U_CONNECTOR_PUNCTUATION || cat == U_LETTER_NUMBER ||
-         cat == U_OTHER_NUMBER;
+  if (cp == 0x200C || cp == 0x200D) return true;
+  auto c = static_cast<UChar32>(cp);
+  int8_t cat = u_charType(c);
+  return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || cat == U_NON_SPACING_MARK || cat == U_ENCLOSING_MARK ||
+         cat == U_COMBINING_SPACING_MARK || cat == U_DECIMAL_DIGIT_NUMBER || cat == U_CONNECTOR_PUNCTUATION;
 }
 
 size_t prev_char_start(std::string_view s, size_t end) {
