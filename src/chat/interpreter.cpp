@@ -168,11 +168,11 @@ Result<Flow> Interpreter::exec(const Stmt& stmt, const FramePtr& frame, std::str
       EMBER_RETURN_IF_ERROR(at_line(exec_set(stmt, frame, out)));
       return Flow::kNormal;
     case StmtKind::kMacro:
-      frame->set(stmt.name, make_macro(stmt, frame, nullptr));
+      frame->set(stmt.name, make_macro(stmt, frame));
       return Flow::kNormal;
     case StmtKind::kCallBlock: {
       // The call's body becomes the `caller` macro of the called one.
-      Value caller = make_macro(stmt, frame, &stmt.body);
+      Value caller = make_macro(stmt, frame);
       const Expr& call = *stmt.expr;
       EMBER_ASSIGN_OR_RETURN(Value callee, eval(*call.children[0], frame));
       CallArgs args;
@@ -328,19 +328,17 @@ Status Interpreter::assign(const Target& target, const Value& value, const Frame
   return Status::ok();
 }
 
-Value Interpreter::make_macro(const Stmt& stmt, const FramePtr& frame, const Body* caller_body) {
+Value Interpreter::make_macro(const Stmt& stmt, const FramePtr& frame) {
   const Stmt* macro = &stmt;
-  std::string name = caller_body ? "caller" : stmt.name;
+  std::string name = stmt.kind == StmtKind::kCallBlock ? "caller" : stmt.name;
   macro_frames_.push_back(frame);
   // The macro closes over its defining scope; names resolve when it runs, as in jinja2.
   return Value::callable(name, [macro, frame](Interpreter& interp, CallArgs& args) -> Result<Value> {
-    return interp.call_macro(*macro, frame, args, Value::undefined());
+    return interp.call_macro(*macro, frame, args);
   });
 }
 
-Result<Value> Interpreter::call_macro(const Stmt& macro, const FramePtr& def_frame, CallArgs& args,
-                                      const Value& caller_unused) {
-  (void)caller_unused;
+Result<Value> Interpreter::call_macro(const Stmt& macro, const FramePtr& def_frame, CallArgs& args) {
   const bool is_caller = macro.kind == StmtKind::kCallBlock;
   const std::string name = is_caller ? "caller" : macro.name;
   if (call_depth_ >= limits_.max_call_depth)
@@ -395,7 +393,7 @@ Result<Value> Interpreter::call_macro(const Stmt& macro, const FramePtr& def_fra
   if (!is_caller) frame->set("caller", caller);
   ++call_depth_;
   std::string out;
-  auto flow = exec_body(is_caller ? macro.body : macro.body, frame, out);
+  auto flow = exec_body(macro.body, frame, out);
   --call_depth_;
   if (!flow.is_ok()) return flow.status();
   if (flow.value() != Flow::kNormal) return Status::error("'break' or 'continue' outside of a loop");

@@ -61,9 +61,9 @@ class Interpreter {
   Result<Flow> exec_for(const Stmt& stmt, const FramePtr& frame, std::string& out);
   Status exec_set(const Stmt& stmt, const FramePtr& frame, std::string& out);
   Status assign(const Target& target, const Value& value, const FramePtr& frame);
-  Value make_macro(const Stmt& stmt, const FramePtr& frame, const Body* caller_body);
-  Result<Value> call_macro(const Stmt& macro, const FramePtr& def_frame, CallArgs& args,
-                           const Value& caller);
+  // A macro (or the body of a {% call %} block, as `caller`) closing over `frame`.
+  Value make_macro(const Stmt& stmt, const FramePtr& frame);
+  Result<Value> call_macro(const Stmt& macro, const FramePtr& def_frame, CallArgs& args);
   Status append_output(std::string& out, std::string_view text) const;
 
   // Expressions (eval_expr.cpp).

@@ -100,11 +100,10 @@ Result<Value> justify_method(const std::string& self, CallArgs& args, char how, 
   return Value(py_justify(self, width.as_int(), fill.as_string(), how));
 }
 
-Result<Value> predicate(const std::string& self, bool (*pred)(char32_t), bool need_cased = false) {
+Result<Value> predicate(const std::string& self, bool (*pred)(char32_t)) {
   if (self.empty()) return Value(false);
   for (char32_t cp : utf8_decode(self))
     if (!pred(cp)) return Value(false);
-  (void)need_cased;
   return Value(true);
 }
 

@@ -153,7 +153,6 @@ Result<std::string> percent_format(const std::string& fmt_str, const Value& args
   else if (args.is_dict()) mapping = &args.as_dict();
   else values.push_back(args);
   size_t next = 0;
-  bool used_mapping = false;
   std::string out;
   for (size_t i = 0; i < fmt_str.size(); ++i) {
     if (fmt_str[i] != '%') {
@@ -167,7 +166,6 @@ Result<std::string> percent_format(const std::string& fmt_str, const Value& args
       if (close == std::string::npos || !mapping) return Status::error("TypeError: format requires a mapping");
       value = mapping->find(std::string_view(fmt_str).substr(i + 1, close - i - 1));
       if (!value) return Status::errorf("KeyError: '{}'", fmt_str.substr(i + 1, close - i - 1));
-      used_mapping = true;
       i = close + 1;
     }
     Spec spec;
@@ -211,7 +209,6 @@ Result<std::string> percent_format(const std::string& fmt_str, const Value& args
     out += piece;
   }
   if (!mapping && next < values.size()) return Status::error("TypeError: not all arguments converted during string formatting");
-  (void)used_mapping;
   return out;
 }
 
