@@ -39,8 +39,9 @@ def tiny_configs():
                                                       low_freq_factor=1.0, high_freq_factor=4.0,
                                                       original_max_position_embeddings=64))),
         "mistral": ("mistral", dict(base, sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=1e6))),
-        # Qwen2: q/k/v biases, tied.
-        "qwen2": ("qwen2", dict(base, tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=1e6))),
+        # Qwen2: q/k/v biases, tied, 14 heads over 2 kv heads (GQA 7:1 as in Qwen2.5-0.5B).
+        "qwen2": ("qwen2", dict(base, hidden_size=112, num_attention_heads=14, num_key_value_heads=2,
+                                tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=1e6))),
         # Qwen3: q/k norms, head_dim independent of hidden_size.
         "qwen3": ("qwen3", dict(base, head_dim=32, tie_word_embeddings=True,
                                 rope_parameters=dict(rope_type="default", rope_theta=1e6))),

@@ -2,6 +2,8 @@
 // the kernel table for it (scalar entries first, overridden by the SIMD files).
 #include "backend/cpu/kernels.h"
 
+#include <cstdlib>
+
 namespace ember::cpu {
 
 std::string_view isa_name(Isa isa) {
@@ -34,6 +36,13 @@ bool isa_supported(Isa isa) {
 }
 
 Isa detect_isa() {
+  // EMBER_CPU_ISA=scalar|avx2|avx512 caps the choice (debugging, and testing every path on
+  // one machine); an unsupported request falls back to the best supported set.
+  if (const char* want = std::getenv("EMBER_CPU_ISA")) {
+    const std::string_view w(want);
+    if (w == "scalar") return Isa::Scalar;
+    if (w == "avx2" && isa_supported(Isa::Avx2)) return Isa::Avx2;
+  }
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Scalar;
