@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 // GCC 12's AVX-512 intrinsics build "undefined" vectors from self-initialized variables,
 // which -Wmaybe-uninitialized reports inside the headers; the values are never read.
