@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add(ember::register_detokenize(app));
   add(ember::register_perplexity(app));
   add(ember::register_bench(app));
+  add(ember::register_serve(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
