@@ -44,6 +44,14 @@ void require(const Tensor& t, DType dtype, const char* what) {
 
 }  // namespace
 
+int CudaBackend::gemv_variant(int n, int64_t k) const {
+  const int v = gemv_variant_;
+  const bool smem = v == 4 || v == 5;
+  if (v < 0 || v >= kGemvNumVariants || (smem && static_cast<int64_t>(n) * k * 4 > kGemvMaxSmemX))
+    return gemv_pick_variant(n, k);
+  return v;
+}
+
 Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   int count = 0;
   EMBER_CUDA_TRY(cudaGetDeviceCount(&count));
@@ -63,6 +71,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->fuse_ = !(fuse && std::string(fuse) == "0");
   const char* fill = std::getenv("EMBER_CUDA_ATTN_FILL");
   be->attn_fill_ = !(fill && std::string(fill) == "0");
+  if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
+  if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->meta_event_, cudaEventDisableTiming));
   EMBER_ASSIGN_OR_RETURN(be->lt_, LtGemm::create());
@@ -253,7 +263,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
   if (w.dtype == DType::BF16 && n <= kGemvMaxBatch && gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
     EMBER_CUDA_CHECK(launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
-                                      m, k, gemv_pick_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
+                                      m, k, gemv_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
     return;
   }
   const void* xin = x.data;
@@ -431,6 +441,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     ac.n_launch_seqs = static_cast<int>(ids[c].size());
     ac.max_new = max_new[c];
     ac.max_kv = max_kv[c];
+    if (c == 0) ac.splits = decode_splits_;
     const AttnKernel kind = !mma ? AttnKernel::Simple : (c == 0 ? AttnKernel::Decode : AttnKernel::Prefill);
     const size_t ws_bytes = attention_workspace_bytes(ac, kind, num_sms_);
     void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;

@@ -13,7 +13,8 @@
 //     kv_store(k, v): one launch that rotates q and k and writes the cache.
 // EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called).
 // EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
-// launch leaves SMs idle (PagedAttnArgs::fill_gpu).
+// launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
+// EMBER_CUDA_DECODE_SPLITS force a GEMV tiling / a decode split count (tuning experiments).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
@@ -164,6 +165,9 @@ class CudaBackend final : public Backend, public CudaStep {
 
   bool fuse_ = true;
   bool attn_fill_ = true;
+  int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced GEMV variant (non-GLU), for tuning
+  int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
+  int gemv_variant(int n, int64_t k) const;
   PendingGemv pg_;
   PendingAdd pa_;
   PendingRope pr_;

@@ -135,7 +135,7 @@ void CudaBackend::flush() {
     const int count = pg_.count;
     pg_.count = 0;
     EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
-                                            gemv_pick_variant(pg_.n, pg_.k), /*pdl=*/true, stream_));
+                                            gemv_variant(pg_.n, pg_.k), /*pdl=*/true, stream_));
   }
   if (pa_.active) {
     pa_.active = false;

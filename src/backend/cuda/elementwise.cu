@@ -89,6 +89,83 @@ __global__ void add_rms_norm_kernel(const float* a, const float* b, float* sum,
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[r0 + i] = sum[r0 + i] * inv * to_float<W>(w[i]);
 }
 
+// Rows of d % 4 == 0 floats, at most 4 float4 per thread: one block per row, each thread
+// keeps its float4s in registers between the sum of squares and the scaled write (one read
+// of the inputs). kAdd: the row is a + b, also written to sum. Aliasing as the kernels above:
+// every element is read and written by one thread.
+template <typename W>
+__device__ __forceinline__ float4 load_w4(const W* w, int i);
+template <>
+__device__ __forceinline__ float4 load_w4<float>(const float* w, int i) {
+  return reinterpret_cast<const float4*>(w)[i];
+}
+template <>
+__device__ __forceinline__ float4 load_w4<__nv_bfloat16>(const __nv_bfloat16* w, int i) {
+  const uint2 u = reinterpret_cast<const uint2*>(w)[i];
+  return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
+}
+
+template <typename W, int V, bool kAdd>
+__global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
+                                    const W* __restrict__ w, float eps, float* out, int64_t d) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r0 = blockIdx.x * d;
+  const int n4 = static_cast<int>(d / 4);
+  float4 v[V];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      float4 x = reinterpret_cast<const float4*>(a + r0)[i];
+      if constexpr (kAdd) {
+        const float4 y = reinterpret_cast<const float4*>(b + r0)[i];
+        x.x += y.x;
+        x.y += y.y;
+        x.z += y.z;
+        x.w += y.w;
+        reinterpret_cast<float4*>(sum + r0)[i] = x;
+      }
+      v[j] = x;
+      ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+    }
+  }
+  __shared__ float partial[32];
+  const float inv = rsqrtf(block_sum(ss, partial) / static_cast<float>(d) + eps);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      const float4 g = load_w4(w, i);
+      reinterpret_cast<float4*>(out + r0)[i] =
+          make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The register kernel when the row fits (d % 4 == 0, <= 4 float4 per thread of 1024) and every
+// pointer is aligned; returns cudaErrorNotSupported otherwise (the caller takes the loop kernel).
+template <typename W, bool kAdd>
+cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W* w, float eps,
+                            float* out, int64_t rows, int64_t d, cudaStream_t stream, bool pdl) {
+  const int64_t n4 = d / 4;
+  if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || !aligned16(out) ||
+      (kAdd && (!aligned16(b) || !aligned16(sum))) ||
+      reinterpret_cast<uintptr_t>(w) % (sizeof(W) * 4) != 0)
+    return cudaErrorNotSupported;
+  const int threads = static_cast<int>(std::min<int64_t>(1024, (n4 + 31) / 32 * 32));
+  const int v = static_cast<int>((n4 + threads - 1) / threads);
+  const dim3 grid(static_cast<unsigned>(rows)), block(threads);
+  switch (v) {
+    case 1: return launch_kernel(rms_norm_reg_kernel<W, 1, kAdd>, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d);
+    case 2: return launch_kernel(rms_norm_reg_kernel<W, 2, kAdd>, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d);
+    default: return launch_kernel(rms_norm_reg_kernel<W, 4, kAdd>, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d);
+  }
+}
+
 // One thread per rotated pair, over the heads of x1 then those of x2 (q and k in one launch;
 // x2 may be null with n_heads2 = 0).
 __global__ void rope_kernel(float* x1, int n_heads1, float* x2, int n_heads2,
@@ -191,6 +268,12 @@ cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float e
                             int64_t rows, int64_t d, cudaStream_t stream, bool pdl) {
   if (rows == 0) return cudaSuccess;
   // Small rows (per-head q/k norms) get one warp's worth of threads, model-width rows more.
+  cudaError_t e = w_type == DType::F32
+                      ? launch_norm_reg<float, false>(x, nullptr, nullptr, static_cast<const float*>(w), eps, out, rows, d, stream, pdl)
+                  : w_type == DType::BF16
+                      ? launch_norm_reg<__nv_bfloat16, false>(x, nullptr, nullptr, static_cast<const __nv_bfloat16*>(w), eps, out, rows, d, stream, pdl)
+                      : cudaErrorInvalidValue;
+  if (e != cudaErrorNotSupported) return e;
   const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
   const dim3 grid(static_cast<unsigned>(rows));
   if (w_type == DType::F32)
@@ -206,6 +289,12 @@ cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, cons
                                 DType w_type, float eps, float* out, int64_t rows, int64_t d,
                                 cudaStream_t stream, bool pdl) {
   if (rows == 0) return cudaSuccess;
+  cudaError_t e = w_type == DType::F32
+                      ? launch_norm_reg<float, true>(a, b, sum, static_cast<const float*>(w), eps, out, rows, d, stream, pdl)
+                  : w_type == DType::BF16
+                      ? launch_norm_reg<__nv_bfloat16, true>(a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, rows, d, stream, pdl)
+                      : cudaErrorInvalidValue;
+  if (e != cudaErrorNotSupported) return e;
   const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
   const dim3 grid(static_cast<unsigned>(rows));
   if (w_type == DType::F32)
