@@ -110,7 +110,18 @@ def ember_side(model: Path, threads: int, text: Path, ctx: int, do_ppl: bool) ->
     ember = os.environ.get("EMBER_BIN") or shutil.which("ember") or str(REPO / "build" / "bin" / "ember")
     if not Path(ember).is_file():
         return None
-    return None  # TODO(lead): run `ember bench` / `ember perplexity` here and parse their output
+    out: dict = {}
+    with_json = REPO / "build" / "ember-bench-speed.json"
+    for key, args in (("pp512", ["-p", "512", "-n", "0"]), ("tg128", ["-p", "0", "-n", "128"])):
+        subprocess.run([ember, "bench", "speed", "-m", str(model), "-t", str(threads), "-r", "3",
+                        "--json", str(with_json), *args], check=True, stdout=subprocess.DEVNULL)
+        result = json.loads(with_json.read_text())
+        out[key] = {"tok_s": result["pp" if key == "pp512" else "tg"]["tokens_per_s"]}
+    if do_ppl:
+        r = subprocess.run([ember, "perplexity", "-m", str(model), "-f", str(text), "--ctx", str(ctx),
+                            "-t", str(threads)], check=True, capture_output=True, text=True)
+        out["perplexity"] = {"ppl": float(re.search(r"perplexity: ([0-9.]+)", r.stdout).group(1))}
+    return out
 
 
 def ratios(ours: dict | None, peer: dict) -> dict | None:
