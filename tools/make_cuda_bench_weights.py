@@ -2,8 +2,10 @@
 """Writes a random-weight Llama-3-8B-shaped checkpoint (config.json + bf16 safetensors shards)
 for GPU benchmarks of whole-model decode and prefill, where only shapes and dtypes matter.
 
-Values are uniform in +-1/sqrt(fan_in) (norm weights 1), from a fixed seed, so every run and
-every machine benchmarks the same bytes. Needs only numpy. The full model is ~16 GB:
+Values are uniform in +-1/sqrt(fan_in) (norm weights 1), from a fixed seed. With PyTorch and a
+GPU the values are drawn on the GPU (torch's Philox generator; seconds instead of minutes),
+otherwise with numpy (--numpy forces it); each path gives the same bytes on every run. The full
+model is ~16 GB:
   tools/make_cuda_bench_weights.py models/llama3-8b-random            # all 32 layers
   tools/make_cuda_bench_weights.py models/llama3-tiny --layers 2      # a quick check
 """
@@ -27,11 +29,12 @@ def bf16_bytes(a):
 
 
 def write_safetensors(path, tensors):
-    """tensors: list of (name, shape, bytes) in bf16."""
+    """tensors: list of (name, shape, data) in bf16; data is bytes or a buffer (memoryview)."""
     header, offset = {}, 0
     for name, shape, data in tensors:
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
+        n = memoryview(data).nbytes
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
     with open(path, "wb") as f:
@@ -41,19 +44,36 @@ def write_safetensors(path, tensors):
             f.write(data)
 
 
+def torch_generator(seed):
+    """A CUDA torch generator, or None when torch or a GPU is missing."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--numpy", action="store_true", help="draw the values with numpy, not torch on the GPU")
     args = ap.parse_args()
     c = dict(LLAMA3_8B, num_hidden_layers=args.layers)
     d, f, hd = c["hidden_size"], c["intermediate_size"], c["head_dim"]
     q_dim, kv_dim = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
     rng = np.random.default_rng(args.seed)
+    gen = None if args.numpy else torch_generator(args.seed)
 
     def rand(rows, cols):
         lim = 1.0 / np.sqrt(cols)
+        if gen is not None:
+            import torch
+            t = torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda").uniform_(-lim, lim, generator=gen)
+            return memoryview(t.view(torch.int16).cpu().numpy()).cast("B")
         return bf16_bytes(rng.uniform(-lim, lim, size=(rows, cols)).astype(np.float32))
 
     os.makedirs(args.out_dir, exist_ok=True)

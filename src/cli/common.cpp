@@ -14,9 +14,14 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("-m,--model", o.model, "GGUF file or Hugging Face directory")->required();
   app.add_option("-t,--threads", o.threads, "CPU threads (default: one per core)");
   app.add_option("--device", o.device, "cpu, cuda or cuda:N");
+  app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "CUDA: fraction of the free GPU memory (after the weights) for the KV cache and activations")
+      ->check(CLI::Range(0.01, 1.0));
   if (!engine_options) return;
-  app.add_option("--kv-dtype", o.kv_dtype, "KV cache dtype: auto, f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
-  app.add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache size, e.g. 512MiB, 2GiB");
+  app.add_option("--kv-dtype", o.kv_dtype,
+                 "KV cache dtype: auto (f32 for f32 checkpoints, else f16; bf16 on CUDA), f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
+  app.add_option("--kv-cache-memory", o.kv_cache_memory,
+                 "KV cache size, e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from --gpu-memory-utilization on CUDA");
   app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget per step")
       ->check(CLI::Range(1, 1 << 20));
@@ -79,7 +84,9 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   ro.n_threads = o.threads;
   auto source_probe = WeightSource::open(o.model);
   if (!source_probe.is_ok()) return source_probe.status();
-  if (o.kv_dtype == "auto") {
+  if (o.kv_dtype == "auto" && o.device.rfind("cuda", 0) == 0) {
+    ro.kv_dtype = DType::BF16;  // what the tensor-core attention kernels read
+  } else if (o.kv_dtype == "auto") {
     // fp32 checkpoints keep an fp32 cache (exact); anything smaller gets f16, as llama.cpp does.
     bool all_f32 = true;
     for (const auto& name : (*source_probe)->tensor_names()) {
@@ -127,7 +134,12 @@ std::vector<int32_t> stop_token_ids(const ModelConfig& config, const Tokenizer* 
 Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runner, const ModelOptions& o,
                                                std::vector<int32_t> eos_ids) {
   EngineConfig ec;
-  EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, parse_bytes(o.kv_cache_memory));
+  if (o.kv_cache_memory == "auto" && runner->backend().device() == Device::CUDA) {
+    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, runner->device_kv_budget(o.gpu_memory_utilization,
+                                                                       o.max_num_batched_tokens, o.max_num_seqs));
+  } else {
+    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, parse_bytes(o.kv_cache_memory == "auto" ? "1GiB" : o.kv_cache_memory));
+  }
   ec.scheduler.block_size = o.block_size;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   ec.scheduler.max_num_seqs = o.max_num_seqs;

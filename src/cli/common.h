@@ -18,7 +18,10 @@ struct ModelOptions {
   int threads = 0;
   std::string device = "cpu";
   std::string kv_dtype = "auto";
-  std::string kv_cache_memory = "1GiB";
+  // KV cache size: "auto" = 1GiB on the CPU, on a GPU what gpu_memory_utilization of the free
+  // device memory leaves after the weights and activations.
+  std::string kv_cache_memory = "auto";
+  double gpu_memory_utilization = 0.9;
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 64;

@@ -74,39 +74,78 @@ Result<KvStorage> Model::allocate_kv(int n_blocks, int block_size, DType kv_dtyp
   return kv;
 }
 
-Model::Activations Model::activations(int n_tokens, int n_logit_rows) {
-  const auto& c = config_;
-  const int64_t n = n_tokens;
+namespace {
+
+// [rows, cols] of each activation buffer, in the order of Model::Activations.
+std::vector<std::pair<int64_t, int64_t>> activation_dims(const ModelConfig& c, int64_t n,
+                                                         int64_t n_logit_rows) {
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-  // [rows, cols] of each activation, in order.
-  const std::vector<std::pair<int64_t, int64_t>> dims = {
-      {n, c.d_model}, {n, c.d_model}, {n, q_dim}, {n, kv_dim}, {n, kv_dim}, {n, q_dim},
-      {n, c.d_model}, {n, c.d_ff},    {n, c.d_ff}, {n_logit_rows, c.d_model},
-      {n_logit_rows, c.n_vocab}};
+  return {{n, c.d_model}, {n, c.d_model}, {n, q_dim}, {n, kv_dim}, {n, kv_dim}, {n, q_dim},
+          {n, c.d_model}, {n, c.d_ff},    {n, c.d_ff}, {n_logit_rows, c.d_model},
+          {n_logit_rows, c.n_vocab}};
+}
+
+size_t padded_bytes(int64_t rows, int64_t cols) {
+  return (static_cast<size_t>(rows * cols) * sizeof(float) + 63) / 64 * 64;
+}
+
+}  // namespace
+
+size_t Model::activation_bytes(int n_tokens, int n_logit_rows) const {
   size_t total = 0;
-  for (auto [r, cols] : dims) total += (static_cast<size_t>(r * cols) * sizeof(float) + 63) / 64 * 64;
+  for (auto [r, cols] : activation_dims(config_, n_tokens, n_logit_rows)) total += padded_bytes(r, cols);
+  return total;
+}
+
+Model::Activations Model::activations(int n_tokens, int n_logit_rows) {
+  const auto dims = activation_dims(config_, n_tokens, n_logit_rows);
+  const size_t total = activation_bytes(n_tokens, n_logit_rows);
   if (total > scratch_bytes_) {
+    scratch_.reset();  // (free first: on a GPU the old and the new buffer may not both fit)
     scratch_ = backend_.alloc(total);
+    EMBER_CHECK(scratch_ && (total == 0 || scratch_->data()), "cannot allocate {} bytes of activations", total);
     scratch_bytes_ = total;
+    ++activation_epoch_;
   }
   auto* base = static_cast<uint8_t*>(scratch_->data());
   std::vector<Tensor> ts;
   size_t off = 0;
   for (auto [r, cols] : dims) {
     ts.push_back(make_tensor(base + off, DType::F32, {r, cols}, backend_.device()));
-    off += (static_cast<size_t>(r * cols) * sizeof(float) + 63) / 64 * 64;
+    off += padded_bytes(r, cols);
   }
   return Activations{ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], ts[7], ts[8], ts[9], ts[10]};
 }
 
 Status Model::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits) {
+  EMBER_ASSIGN_OR_RETURN(Tensor out, enqueue_forward(batch, kv));
+  if (!out.valid()) {
+    logits.clear();
+    return Status::ok();
+  }
+  logits.resize(static_cast<size_t>(out.numel()));
+  backend_.download(logits.data(), out.data, logits.size() * sizeof(float));
+  finish_logits(logits);
+  return Status::ok();
+}
+
+void Model::finish_logits(std::vector<float>& logits) const {
+  if (config_.final_logit_softcap > 0.0f) {
+    const float cap = config_.final_logit_softcap;
+    for (auto& v : logits) v = cap * std::tanh(v / cap);
+  }
+}
+
+Result<Tensor> Model::enqueue_forward(const ForwardBatch& batch, KvStorage& kv) {
   const auto& c = config_;
   const int n = batch.n_tokens();
   const int n_out = static_cast<int>(batch.logit_rows.size());
   if (n == 0) return Status::error("forward: empty batch");
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= c.n_vocab) return Status::errorf("forward: token id {} out of range [0, {})", id, c.n_vocab);
+  for (int32_t r : batch.logit_rows)
+    if (r < 0 || r >= n) return Status::errorf("forward: logit row {} out of range", r);
   EMBER_CHECK(static_cast<int>(batch.positions.size()) == n && static_cast<int>(batch.slot_mapping.size()) == n);
   EMBER_CHECK(static_cast<int>(batch.query_start.size()) == batch.n_seqs() + 1);
   EMBER_CHECK(static_cast<int>(kv.layers.size()) == c.n_layers);
@@ -130,23 +169,12 @@ Status Model::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<floa
   for (int l = 0; l < c.n_layers; ++l)
     layer_fn(ctx, l, weights_.layers[static_cast<size_t>(l)], kv.layers[static_cast<size_t>(l)]);
 
-  if (n_out == 0) {
-    logits.clear();
-    return Status::ok();
-  }
-  for (int32_t r : batch.logit_rows)
-    if (r < 0 || r >= n) return Status::errorf("forward: logit row {} out of range", r);
+  if (n_out == 0) return Tensor{};
   // Only the requested rows go through the final norm and the vocabulary projection.
   backend_.get_rows(rows_view(act.x, n, c.d_model), batch.logit_rows.data(), n_out, act.last);
   backend_.rms_norm(act.last, weights_.output_norm, c.norm_eps, act.last);
   backend_.matmul(act.last, weights_.output, nullptr, act.logits);
-  logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
-  backend_.download(logits.data(), act.logits.data, logits.size() * sizeof(float));
-  if (c.final_logit_softcap > 0.0f) {
-    const float cap = c.final_logit_softcap;
-    for (auto& v : logits) v = cap * std::tanh(v / cap);
-  }
-  return Status::ok();
+  return rows_view(act.logits, n_out, c.n_vocab);
 }
 
 }  // namespace ember

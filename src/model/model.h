@@ -38,6 +38,17 @@ class Model {
   Result<KvStorage> allocate_kv(int n_blocks, int block_size, DType kv_dtype);
   // logits: [batch.logit_rows.size(), n_vocab] on the host.
   Status forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits);
+  // The same forward pass, queued on the backend without waiting: returns the logit rows
+  // [batch.logit_rows.size(), n_vocab] F32 in backend memory (an invalid tensor when no rows
+  // are asked for). Download them, then call finish_logits. (GPU runners capture this part
+  // in CUDA graphs.)
+  Result<Tensor> enqueue_forward(const ForwardBatch& batch, KvStorage& kv);
+  // Host-side post-processing of downloaded logits (final soft-capping).
+  void finish_logits(std::vector<float>& logits) const;
+  // Bytes of activation buffers a step of n_tokens tokens with n_logit_rows logit rows needs.
+  size_t activation_bytes(int n_tokens, int n_logit_rows) const;
+  // Changes whenever the activation buffers move (device addresses captured earlier are stale).
+  uint64_t activation_epoch() const { return activation_epoch_; }
 
   // Activations of one step, in backend memory.
   struct Activations {
@@ -54,6 +65,7 @@ class Model {
   std::unique_ptr<Buffer> rope_global_, rope_local_;  // inverse frequencies [head_dim / 2]
   std::unique_ptr<Buffer> scratch_;
   size_t scratch_bytes_ = 0;
+  uint64_t activation_epoch_ = 0;
 };
 
 }  // namespace ember

@@ -1,10 +1,12 @@
 #include "runner/model_runner.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/log.h"
 #ifdef EMBER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
 
+#include <cstdlib>
 #include <cstring>
 
 namespace ember {
@@ -20,18 +22,51 @@ Result<DType> parse_kv_dtype(const std::string& name) {
 }
 
 namespace {
+
 Result<std::unique_ptr<Backend>> make_backend(const RunnerOptions& o) {
   if (o.device == "cpu") return make_cpu_backend(o.n_threads);
   if (o.device.rfind("cuda", 0) == 0) {
 #ifdef EMBER_HAVE_CUDA
     const int index = o.device.size() > 5 ? std::atoi(o.device.c_str() + 5) : 0;
-    return make_cuda_backend(index);
+    return create_cuda_backend(index);
 #else
     return Status::error("this ember was built without CUDA (configure with -DEMBER_CUDA=ON)");
 #endif
   }
   return Status::errorf("unknown device '{}' (cpu, cuda, cuda:N)", o.device);
 }
+
+#ifdef EMBER_HAVE_CUDA
+constexpr int kMaxGraphBatch = 512;                  // decode batch sizes captured in graphs
+constexpr size_t kGpuReserveBytes = size_t{1} << 30;  // workspaces, cuBLASLt, graphs
+
+// One new token per sequence, every row's logits in order: a decode step a graph can replay.
+bool is_decode_batch(const ForwardBatch& b) {
+  const int n = b.n_seqs();
+  if (n == 0 || n > kMaxGraphBatch || b.n_tokens() != n || static_cast<int>(b.logit_rows.size()) != n ||
+      static_cast<int>(b.query_start.size()) != n + 1 ||
+      b.block_tables.size() != static_cast<size_t>(n) * static_cast<size_t>(b.max_blocks_per_seq))
+    return false;
+  for (int i = 0; i < n; ++i)
+    if (b.query_start[i] != i || b.logit_rows[i] != i) return false;
+  return b.query_start[n] == n;
+}
+
+// Block-table width of a graph: the next power of two >= 16 (so a sequence that grows keeps
+// its graph for a while).
+int width_bucket(int blocks) {
+  int w = 16;
+  while (w < blocks) w *= 2;
+  return w;
+}
+
+std::vector<HostArray> step_arrays(const ForwardBatch& b) {
+  auto arr = [](const std::vector<int32_t>& v) { return HostArray{v.data(), v.size() * sizeof(int32_t)}; };
+  return {arr(b.token_ids),   arr(b.positions),    arr(b.slot_mapping), arr(b.query_start),
+          arr(b.seq_lens),    arr(b.block_tables), arr(b.logit_rows)};
+}
+#endif
+
 }  // namespace
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, const RunnerOptions& o) {
@@ -42,6 +77,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   lo.progress = o.progress;
   EMBER_ASSIGN_OR_RETURN(r->model_, Model::load(*r->source_, *r->backend_, lo));
   r->kv_dtype_ = o.kv_dtype;
+#ifdef EMBER_HAVE_CUDA
+  if (r->backend_->device() == Device::CUDA) {
+    r->cuda_ = cuda_step(*r->backend_);
+    const char* env = std::getenv("EMBER_CUDA_GRAPHS");
+    r->graphs_ = r->cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
+    r->graph_epoch_ = r->model_->activation_epoch();
+  }
+#endif
   return r;
 }
 
@@ -56,8 +99,132 @@ Status ModelRunner::allocate_kv_cache(const KvCacheConfig& cfg) {
 
 Status ModelRunner::execute(const ForwardBatch& batch, std::vector<float>& logits) {
   if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (cuda_) return execute_cuda(batch, logits);
   return model_->forward(batch, kv_, logits);
 }
+
+Result<size_t> ModelRunner::device_kv_budget(double utilization, int max_tokens, int max_seqs) {
+#ifdef EMBER_HAVE_CUDA
+  if (cuda_) {
+    if (!(utilization > 0.0 && utilization <= 1.0))
+      return Status::errorf("GPU memory utilization {} is not in (0, 1]", utilization);
+    EMBER_ASSIGN_OR_RETURN(GpuMemoryInfo mem, cuda_->memory_info());
+    const size_t act = model_->activation_bytes(max_tokens, max_seqs);
+    const double budget = utilization * static_cast<double>(mem.free_bytes) -
+                          static_cast<double>(act + kGpuReserveBytes);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (budget < static_cast<double>(kv_bytes_per_block(16)))
+      return Status::errorf("no GPU memory left for the KV cache: {:.2f} of {:.2f} GiB free, {:.2f} GiB "
+                            "reserved for activations and workspaces",
+                            mem.free_bytes / gib, mem.total_bytes / gib, (act + kGpuReserveBytes) / gib);
+    EMBER_LOG_INFO("KV cache: {:.2f} GiB ({} of {:.2f} GiB free after the weights, less {:.2f} GiB for "
+                   "activations and workspaces)", budget / gib, utilization, mem.free_bytes / gib,
+                   (act + kGpuReserveBytes) / gib);
+    return static_cast<size_t>(budget);
+  }
+#endif
+  (void)utilization;
+  (void)max_tokens;
+  (void)max_seqs;
+  return Status::error("device_kv_budget: not a GPU runner");
+}
+
+size_t ModelRunner::num_cuda_graphs() const {
+#ifdef EMBER_HAVE_CUDA
+  if (cuda_) return cuda_->num_graphs();
+#endif
+  return 0;
+}
+
+#ifdef EMBER_HAVE_CUDA
+
+void ModelRunner::sync_activation_epoch() {
+  if (model_->activation_epoch() == graph_epoch_) return;
+  cuda_->drop_graphs();  // they point into the old activation buffers
+  graph_state_.clear();
+  graph_epoch_ = model_->activation_epoch();
+}
+
+Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
+  const int n = batch.n_seqs();
+  const int w = width_bucket(batch.max_blocks_per_seq);
+  padded_.token_ids = batch.token_ids;
+  padded_.positions = batch.positions;
+  padded_.slot_mapping = batch.slot_mapping;
+  padded_.query_start = batch.query_start;
+  padded_.seq_lens = batch.seq_lens;
+  padded_.logit_rows = batch.logit_rows;
+  padded_.max_blocks_per_seq = w;
+  padded_.block_tables.assign(static_cast<size_t>(n) * static_cast<size_t>(w), 0);
+  for (int s = 0; s < n; ++s)
+    std::memcpy(padded_.block_tables.data() + static_cast<size_t>(s) * w,
+                batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks_per_seq,
+                sizeof(int32_t) * static_cast<size_t>(batch.max_blocks_per_seq));
+  const uint64_t key = (static_cast<uint64_t>(n) << 32) | static_cast<uint64_t>(w);
+
+  sync_activation_epoch();
+  cuda_->set_step_metadata(step_arrays(padded_));
+  if (cuda_->launch_graph(key)) return graph_state_[key].logits;
+  // Decode attention plans for the longest sequence this width allows, so the graph stays
+  // right as sequences grow (the warm-up step plans the same, so buffers are sized for it).
+  cuda_->set_decode_kv_bound(w * kv_.block_size);
+  struct ResetBound {
+    CudaStep* c;
+    ~ResetBound() { c->set_decode_kv_bound(0); }
+  } reset{cuda_};
+  GraphState& st = graph_state_[key];
+  if (st.warm && !st.failed) {
+    EMBER_RETURN_IF_ERROR(cuda_->begin_capture());
+    auto r = model_->enqueue_forward(padded_, kv_);
+    const Status cs = cuda_->end_capture(key);
+    if (!r.is_ok()) return r.status();
+    if (cs.is_ok() && cuda_->launch_graph(key)) {
+      st.logits = *r;
+      return r;
+    }
+    EMBER_LOG_WARN("cuda: decode graph for batch {} not used: {}", n, cs.is_ok() ? "launch failed" : cs.message());
+    st.failed = true;
+  }
+  auto r = model_->enqueue_forward(padded_, kv_);  // eager (nothing ran during a capture)
+  if (r.is_ok()) {
+    sync_activation_epoch();  // this step may have moved the activation buffers
+    graph_state_[key].warm = true;
+  }
+  return r;
+}
+
+Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
+  struct ClearMeta {  // the registered host arrays belong to this call only
+    CudaStep* c;
+    ~ClearMeta() { c->clear_step_metadata(); }
+  } clear{cuda_};
+  Result<Tensor> out = Tensor{};
+  if (graphs_ && is_decode_batch(batch)) {
+    out = run_decode_graph(batch);
+  } else {
+    cuda_->set_step_metadata(step_arrays(batch));
+    out = model_->enqueue_forward(batch, kv_);
+  }
+  if (!out.is_ok()) return out.status();
+  if (!out->valid()) {
+    logits.clear();
+    return Status::ok();
+  }
+  logits.resize(static_cast<size_t>(out->numel()));
+  backend_->download(logits.data(), out->data, logits.size() * sizeof(float));  // the one sync
+  model_->finish_logits(logits);
+  return Status::ok();
+}
+
+#else
+
+Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
+  return model_->forward(batch, kv_, logits);
+}
+Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch&) { return Status::error("no CUDA"); }
+void ModelRunner::sync_activation_epoch() {}
+
+#endif
 
 Status ModelRunner::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
   // A block of one layer is contiguous in each of K, V (and their scales): copy those.

@@ -1,22 +1,33 @@
 #pragma once
 // ModelRunner: a Model on a Backend behind the ModelExecutor interface. Owns the checkpoint
 // (its memory maps), the backend, the model and the paged K/V storage.
+//
+// On a CUDA backend a step uploads its metadata once (CudaStep::set_step_metadata), runs the
+// forward pass and downloads the logits: that download is the step's only host sync. Decode
+// steps (one new token per sequence, every row's logits) run as CUDA graphs, one per (batch
+// size, block-table width bucket): the first step of a shape runs eagerly (it sizes every
+// buffer), the second captures the graph, later ones replay it.
 #include "backend/backend.h"
 #include "loader/weight_source.h"
 #include "model/model.h"
 #include "runner/model_executor.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 namespace ember {
+
+class CudaStep;
 
 struct RunnerOptions {
   std::string device = "cpu";  // "cpu" or "cuda[:N]"
   int n_threads = 0;           // CPU threads, 0 = one per core
   // K/V element type; F32 default keeps fp32 fidelity, F16 halves the cache.
   DType kv_dtype = DType::F32;
+  // CUDA: capture decode steps in CUDA graphs (EMBER_CUDA_GRAPHS=0 also turns them off).
+  bool cuda_graphs = true;
   std::function<void(int done, int total)> progress;
 };
 
@@ -37,14 +48,38 @@ class ModelRunner : public ModelExecutor {
   const ModelConfig& config() const { return model_->config(); }
   const WeightSource& source() const { return *source_; }
   Backend& backend() { return *backend_; }
+  DType kv_dtype() const { return kv_dtype_; }
+
+  // GPU runners: the KV cache bytes that fit in `utilization` of the device memory free now
+  // (after the weights), less the activations of a step of max_tokens tokens and max_seqs
+  // logit rows and a fixed reserve for workspaces and graphs. Error on other devices.
+  Result<size_t> device_kv_budget(double utilization, int max_tokens, int max_seqs);
+  // Decode graphs captured so far (0 off the GPU).
+  size_t num_cuda_graphs() const;
 
  private:
   ModelRunner() = default;
+  Status execute_cuda(const ForwardBatch& batch, std::vector<float>& logits);
+  Result<Tensor> run_decode_graph(const ForwardBatch& batch);
+  void sync_activation_epoch();
+
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   KvStorage kv_;
   DType kv_dtype_ = DType::F32;
+
+  // CUDA step state (null / unused on the CPU).
+  CudaStep* cuda_ = nullptr;
+  bool graphs_ = false;
+  struct GraphState {
+    bool warm = false;    // one eager step of this shape has run
+    bool failed = false;  // capture failed: this shape stays eager
+    Tensor logits;        // the graph's logit rows (fixed device address)
+  };
+  std::map<uint64_t, GraphState> graph_state_;
+  uint64_t graph_epoch_ = 0;  // model activation epoch the graphs were captured at
+  ForwardBatch padded_;       // decode batch with block tables padded to the bucket width
 };
 
 }  // namespace ember

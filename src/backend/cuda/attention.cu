@@ -18,6 +18,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kDefaultDecodeStages = 3;
 constexpr int kDefaultPrefillWarps = 8;
 constexpr int kDefaultPrefillStages = 2;
+constexpr int kShortDecodeTiles = 8;  // fill_gpu: key ranges this short run unsplit ...
+constexpr int kFewDecodeBlocks = 32;  // ... in launches of this few (sequence, kv head) blocks
 
 struct Launch {
   PagedAttnArgs a;
@@ -473,15 +475,20 @@ cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, 
 // hidden), and at least 4 tiles per split so the merge stays a small part of the traffic.
 // With fill_gpu, a launch too small to give every SM a block even so (a few sequences with
 // short contexts: batch-1 decode) may split down to one tile per split: its time is the
-// latency of one block's walk over its keys, which more splits shorten.
+// latency of one block's walk over its keys, which more splits shorten; but for a few blocks
+// over at most kShortDecodeTiles tiles one unsplit pass beats any split, whose merge is a
+// second launch (batch 1, 512-key bound: 212 tok/s unsplit vs 208 with 8 splits, 199 with 2).
 void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* splits, int* split_len) {
   const int group = a.n_heads / a.n_kv_heads;
   *row_tiles = std::max(1, (a.max_new * group + kDecodeRows - 1) / kDecodeRows);
   const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads * *row_tiles);
   const int max_kv = std::max(1, a.max_kv);
   int max_splits = std::max(1, (max_kv + 4 * kTileKeys - 1) / (4 * kTileKeys));
-  if (a.fill_gpu && base * max_splits < num_sms)
-    max_splits = std::max(max_splits, std::min((max_kv + kTileKeys - 1) / kTileKeys, (num_sms + base - 1) / base));
+  const int n_tiles = (max_kv + kTileKeys - 1) / kTileKeys;
+  if (a.fill_gpu && base <= kFewDecodeBlocks && n_tiles <= kShortDecodeTiles)
+    max_splits = 1;  // no merge launch: faster at batch 1 with <= 512 keys (H200, CUDA_NOTES.md)
+  else if (a.fill_gpu && base * max_splits < num_sms)
+    max_splits = std::max(max_splits, std::min(n_tiles, (num_sms + base - 1) / base));
   int s = a.splits > 0 ? a.splits : (num_sms * 2 + base - 1) / base;
   s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
   const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
