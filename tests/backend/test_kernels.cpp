@@ -103,7 +103,7 @@ TEST_P(ActQuantTest, VectorHelpers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, ActQuantTest, testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+INSTANTIATE_TEST_SUITE_P(Cpu, ActQuantTest, testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vbmi),
                          [](const testing::TestParamInfo<Isa>& i) { return std::string(cpu::isa_name(i.param)); });
 
 }  // namespace

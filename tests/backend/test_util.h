@@ -22,7 +22,7 @@ struct BackendCase {
 
 inline std::vector<BackendCase> backend_cases() {
   std::vector<BackendCase> cases;
-  for (const char* isa : {"scalar", "avx2", "avx512"})
+  for (const char* isa : {"scalar", "avx2", "avx512", "avx512vbmi"})
     for (int t : {1, 2, 3}) cases.push_back({isa, t});
   return cases;
 }

@@ -83,7 +83,7 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend_isa(int n_threads, std::string_view isa) {
-  for (cpu::Isa i : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+  for (cpu::Isa i : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vbmi}) {
     if (cpu::isa_name(i) == isa) {
       if (!cpu::isa_supported(i)) return nullptr;
       return std::make_unique<CpuBackend>(n_threads, i);

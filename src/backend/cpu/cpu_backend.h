@@ -12,7 +12,7 @@ namespace ember {
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 
 // For tests and benchmarks: the same backend restricted to an instruction set
-// ("scalar", "avx2", "avx512"); null when the name is unknown or the CPU lacks it.
+// ("scalar", "avx2", "avx512", "avx512vbmi"); null when the name is unknown or the CPU lacks it.
 std::unique_ptr<Backend> make_cpu_backend_isa(int n_threads, std::string_view isa);
 
 }  // namespace ember

@@ -11,6 +11,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Vbmi: return "avx512vbmi";
   }
   return "unknown";
 }
@@ -28,6 +29,7 @@ bool isa_supported(Isa isa) {
       return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    case Isa::Avx512Vbmi: return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vbmi");
 #else
     default: return false;
 #endif
@@ -81,6 +83,7 @@ KernelTable make_kernel_table(Isa isa) {
     register_avx512_matmul_quant(kt);
     register_avx512_matmul_float(kt);
   }
+  if (isa >= Isa::Avx512Vbmi) register_avx512_vbmi_matmul(kt);
 #endif
   kt.isa = isa;
   return kt;

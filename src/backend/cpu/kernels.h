@@ -12,7 +12,8 @@
 
 namespace ember::cpu {
 
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Avx512Vbmi: Avx512 plus the VBMI byte permutes (Ice Lake, Zen 4 and later).
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vbmi = 3 };
 std::string_view isa_name(Isa isa);
 // Best instruction set this CPU supports (runtime check).
 Isa detect_isa();
@@ -126,6 +127,7 @@ void register_avx2_matmul_float(KernelTable& kt);
 void register_avx512_vec(KernelTable& kt);
 void register_avx512_matmul_quant(KernelTable& kt);
 void register_avx512_matmul_float(KernelTable& kt);
+void register_avx512_vbmi_matmul(KernelTable& kt);
 #endif
 
 }  // namespace ember::cpu

@@ -20,11 +20,13 @@ namespace ember::cpu {
 namespace avx512 {
 namespace {
 #define EMBER_VNNI 1
+#define EMBER_VBMI 0
 #include "backend/cpu/simd_common.inc"
 #include "backend/cpu/matmul_quant_impl.inc"
 #include "backend/cpu/matmul_gemm_avx512.inc"
 #include "backend/cpu/matmul_b32_avx512.inc"
 #undef EMBER_VNNI
+#undef EMBER_VBMI
 }  // namespace
 }  // namespace avx512
 
