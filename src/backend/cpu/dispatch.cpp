@@ -38,13 +38,15 @@ bool isa_supported(Isa isa) {
 }
 
 Isa detect_isa() {
-  // EMBER_CPU_ISA=scalar|avx2|avx512 caps the choice (debugging, and testing every path on
-  // one machine); an unsupported request falls back to the best supported set.
+  // EMBER_CPU_ISA=scalar|avx2|avx512|avx512vbmi caps the choice (debugging, and testing
+  // every path on one machine); an unsupported request falls back to the best supported set.
   if (const char* want = std::getenv("EMBER_CPU_ISA")) {
     const std::string_view w(want);
     if (w == "scalar") return Isa::Scalar;
     if (w == "avx2" && isa_supported(Isa::Avx2)) return Isa::Avx2;
+    if (w == "avx512" && isa_supported(Isa::Avx512)) return Isa::Avx512;
   }
+  if (isa_supported(Isa::Avx512Vbmi)) return Isa::Avx512Vbmi;
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Scalar;
