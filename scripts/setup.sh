@@ -9,7 +9,7 @@ mode=${1:-all}
 packages=(build-essential cmake ninja-build pkg-config git python3 python3-venv
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libxxhash-dev libicu-dev
-  clang libclang-rt-dev bible-kjv-text)
+  clang libclang-rt-dev bible-kjv-text chromium)
 
 if [ "$mode" != "--python-only" ]; then
   missing=()
