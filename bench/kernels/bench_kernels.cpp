@@ -9,6 +9,7 @@
 #include "core/half.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,7 +56,8 @@ DType parse_dtype(const std::string& s) {
   std::exit(2);
 }
 
-bool g_cpu_time = false;  // --cpu-time: process CPU seconds instead of wall time
+bool g_cpu_time = false;
+bool g_huge = false;  // --huge: weights in 2 MB transparent huge pages (madvise)  // --cpu-time: process CPU seconds instead of wall time
 
 double now_seconds() {
   if (g_cpu_time) {
@@ -120,7 +122,16 @@ void bench_matmul(Backend& be, const Options& opt) {
         continue;
       }
       auto w = random_weights(rng, t, m, k);
-      Tensor tw = make_tensor(w.data(), t, {m, k});
+      void* wdata = w.data();
+      void* huge = nullptr;
+      if (g_huge) {
+        huge = mmap(nullptr, w.size() + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(huge) + (2 << 20) - 1) & ~uintptr_t((2 << 20) - 1));
+        madvise(aligned, w.size(), MADV_HUGEPAGE);
+        std::memcpy(aligned, w.data(), w.size());
+        wdata = aligned;
+      }
+      Tensor tw = make_tensor(wdata, t, {m, k});
       for (int64_t n : opt.ns) {
         if (n > 64 && m > 100000) continue;  // logits are computed for a few rows only
         std::vector<float> x(static_cast<size_t>(n * k)), out(static_cast<size_t>(n * m));
@@ -135,6 +146,7 @@ void bench_matmul(Backend& be, const Options& opt) {
                    s * 1e6, gbs, gflops);
         std::fflush(stdout);
       }
+      if (huge) munmap(huge, w.size() + (2 << 20));
     }
   }
 }
@@ -223,6 +235,7 @@ int main(int argc, char** argv) {
     } else if (a == "--min-time") opt.min_time = std::stod(next());
     else if (a == "--no-attention") opt.attention = false;
     else if (a == "--cpu-time") g_cpu_time = true;
+    else if (a == "--huge") g_huge = true;
     else if (a == "--no-matmul") opt.dtypes.clear();
     else if (a == "--attention-filter") opt.attention_filter = next();
     else {
