@@ -48,7 +48,9 @@ fi
 
 # The CUDA sources must keep compiling where nvcc exists (no GPU needed to compile).
 if command -v nvcc >/dev/null 2>&1 && [ -d src/backend/cuda ] && [ "${EMBER_SKIP_CUDA_BUILD:-0}" != 1 ]; then
-  if EMBER_BUILD_DIR=$root/build-cuda-compile scripts/build.sh -DEMBER_CUDA=ON -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF >build/cuda-compile.log 2>&1; then
+  if cmake -S "$root" -B "$root/build-cuda-compile" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
+       -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF >build/cuda-compile.log 2>&1 &&
+     ninja -C "$root/build-cuda-compile" ember_backend_cuda >>build/cuda-compile.log 2>&1; then
     record cuda-compile 1 0
   else
     tail -30 build/cuda-compile.log
