@@ -1,16 +1,18 @@
 // matmul driver: out[n, m] = x[n, k] @ w[m, k]^T (+ bias). Chooses the kernel for w's dtype,
 // quantizes activation rows for the integer kernels, and splits the work over threads with
 // one pool run per call:
-//  - few rows (decode, short verification batches): threads split the weight rows (output
-//    columns) so every weight byte is read once; each thread quantizes all n activation rows
-//    into its own scratch (n * k is tiny next to m * k), so no thread waits for another.
-//  - many rows (prompt processing): threads split the activation rows; each quantizes only
-//    its own rows and then runs the blocked kernel over all weights. Compute dominates here,
-//    and the weights are re-read from cache per row block rather than from memory per row.
+//  - few rows (decode, short verification batches): threads share out the weight rows
+//    (output columns) in chunks so every weight byte is read once; each thread quantizes all
+//    n activation rows into its own scratch (n * k is tiny next to m * k), so no thread waits
+//    for another.
+//  - many rows (prompt processing) with a panel GEMM for the dtype: see matmul_gemm.cpp.
+//  - many rows otherwise: threads split the activation rows; each quantizes only its own
+//    rows and runs the row-tile kernel over all weights, re-read from cache per row block.
 #include "backend/cpu/context.h"
 #include "backend/cpu/matmul_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace ember::cpu {
 
@@ -119,17 +121,25 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
   if (quantized_act) {
     for (auto& s : ctx.thread_scratch) s.ensure(static_cast<size_t>(n) * p.a_stride);
   }
-  ctx.pool.run([&](int ith, int nth) {
-    const Range c = split_range(m, ith, nth, 16);
-    if (c.begin >= c.end) return;
+  // Columns are handed out in chunks through a shared counter: a thread that runs slower
+  // (a busy sibling core, a preemption) simply takes fewer chunks.
+  const int64_t chunk = std::max<int64_t>(16, (m / (ctx.pool.size() * 8) + 15) / 16 * 16);
+  std::atomic<int64_t> next{0};
+  ctx.pool.run([&](int ith, int) {
     MatmulProblem tp = p;
-    if (quantized_act) {
-      uint8_t* a = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(static_cast<size_t>(n) * p.a_stride);
-      quantize_rows(ctx.kt, kern.act, px, k, a, p.a_stride, 0, n);
-      tp.a = a;
+    bool have_act = !quantized_act;
+    for (int64_t c0 = next.fetch_add(chunk, std::memory_order_relaxed); c0 < m;
+         c0 = next.fetch_add(chunk, std::memory_order_relaxed)) {
+      if (!have_act) {
+        uint8_t* a = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(static_cast<size_t>(n) * p.a_stride);
+        quantize_rows(ctx.kt, kern.act, px, k, a, p.a_stride, 0, n);
+        tp.a = a;
+        have_act = true;
+      }
+      const int64_t c1 = std::min(m, c0 + chunk);
+      kern.fn(tp, 0, n, c0, c1);
+      if (pbias) add_bias(tp.out, tp.out_stride, pbias, 0, n, c0, c1);
     }
-    kern.fn(tp, 0, n, c.begin, c.end);
-    if (pbias) add_bias(tp.out, tp.out_stride, pbias, 0, n, c.begin, c.end);
   });
 }
 
