@@ -1,6 +1,14 @@
 #pragma once
 // The CPU backend: F32 activations, weights of any dtype used in place (memory-mapped),
 // kernels threaded with a ThreadPool and chosen at construction by the CPU's instruction set.
+//
+// Layout of cpu/: kernels.h (the per-ISA KernelTable), dispatch.cpp (runtime CPU check:
+// scalar < avx2 < avx512 (F/BW/VL/DQ/VNNI) < avx512vbmi), one file per op family
+// (matmul.cpp driver, matmul_gemm.cpp panel GEMM, attention.cpp, kv_store.cpp,
+// norm_rope.cpp, elementwise.cpp, get_rows.cpp) and the kernels: *_scalar.cpp (portable),
+// *_avx2.cpp / *_avx512.cpp / *_vbmi.cpp (own target flags) sharing *.inc bodies.
+// Quantized matmuls run in the integer domain on activations quantized once per call
+// (Q8_0 semantics for 32-blocks, Q8_K for k-quants), see kernels.h for the layouts.
 #include "backend/backend.h"
 
 #include <memory>
