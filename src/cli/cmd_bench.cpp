@@ -70,7 +70,9 @@ int run_speed(const SpeedOptions& o) {
   std::vector<float> logits;
   using Clock = std::chrono::steady_clock;
   // Warm-up (page in the weights, size the scratch buffers).
-  if (auto st = run_chunk(r, {prompt.begin(), prompt.begin() + std::min(o.n_prompt, 16)}, 0, n_blocks, block_size, logits); !st.is_ok()) {
+  const std::vector<int32_t> warm_up = prompt.empty() ? std::vector<int32_t>{1}
+                                                      : std::vector<int32_t>(prompt.begin(), prompt.begin() + std::min(o.n_prompt, 16));
+  if (auto st = run_chunk(r, warm_up, 0, n_blocks, block_size, logits); !st.is_ok()) {
     fmt::print(stderr, "error: {}\n", st.message());
     return 1;
   }
