@@ -111,6 +111,7 @@ void GenerationJob::drain(size_t prompt, std::vector<Update>& updates) {
         if (c.decoder.finished()) continue;
         ChoiceDelta d = c.decoder.finish(FinishReason::kAbort);
         ++n_finished_;
+        if (metrics_) metrics_->count_finish(FinishReason::kAbort);
         updates.push_back({static_cast<int>(prompt) * n + i, std::move(d)});
       }
       break;

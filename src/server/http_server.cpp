@@ -137,13 +137,26 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   if (registered) {
     SocketConnection conn(sock, to_ms(read_timeout_sec_, read_timeout_usec_),
                           to_ms(write_timeout_sec_, write_timeout_usec_));
+    Connection* self = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      self = &connections_[std::this_thread::get_id()];  // node-based map: stays valid
+    }
+    const auto request_start = [this](httplib::Request&) {
+      if (on_request_start) on_request_start();
+    };
     for (size_t left = keep_alive_max_count_; left > 0; --left) {
       if (conn.buffered() == 0 && !wait_for_request(sock)) break;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (closing_) break;
+        self->busy = true;
+      }
       bool connection_closed = false;
-      ok = process_request(conn, /*close_connection=*/left == 1 || closing_, connection_closed, nullptr);
-      if (!ok || connection_closed) break;
+      ok = process_request(conn, /*close_connection=*/left == 1 || closing_, connection_closed, request_start);
       std::lock_guard<std::mutex> lock(mu_);
-      if (connections_[std::this_thread::get_id()].close_after_response) break;
+      self->busy = false;
+      if (!ok || connection_closed || self->close_after_response) break;
     }
     // Unregister before closing, under the lock, so close_connections() never touches a
     // descriptor number that may already belong to another connection.
@@ -183,12 +196,14 @@ void HttpServer::stop_accepting() {
 }
 
 void HttpServer::close_connections() {
-  closing_ = true;
   // Chunked writers check svr_sock_ against INVALID_SOCKET.
   svr_sock_ = INVALID_SOCKET;
   std::lock_guard<std::mutex> lock(mu_);
+  closing_ = true;
   // Idle keep-alive connections wait for their next request; shutting them down ends the wait.
-  for (auto& [tid, c] : connections_) ::shutdown(c.sock, SHUT_RDWR);
+  // Busy ones are writing an answer: they close once it is out.
+  for (auto& [tid, c] : connections_)
+    if (!c.busy) ::shutdown(c.sock, SHUT_RDWR);
 }
 
 void HttpServer::close_after_response(httplib::Response& res) {

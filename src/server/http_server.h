@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -42,8 +43,12 @@ class HttpServer : public httplib::Server {
   // Graceful stop, step 1: no new connections (the accept loop ends; requests on open
   // connections still reach the handlers).
   void stop_accepting();
-  // Step 2, once in-flight responses are done: closes the connections so serve() returns.
+  // Step 2, once in-flight generation requests are done: closes idle connections (busy ones
+  // finish the response they are writing, then close) so serve() returns.
   void close_connections();
+
+  // Called on the worker thread before each request is routed.
+  std::function<void()> on_request_start;
 
  private:
   // Replaces httplib's per-connection loop (keep-alive, one request after the other).
@@ -54,6 +59,7 @@ class HttpServer : public httplib::Server {
   mutable std::mutex mu_;
   struct Connection {
     socket_t sock;
+    bool busy = false;  // inside a request (reading it, handling it or writing the answer)
     bool close_after_response = false;
   };
   // Connections by the worker thread serving them (a worker serves one at a time).

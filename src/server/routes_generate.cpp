@@ -251,7 +251,10 @@ void serve_generation(ServerState& s, const httplib::Request& http_req, httplib:
                       ApiResult<Req> (*parse)(const Json&, const ParseLimits&), Prepare prepare) {
   const auto arrival = Clock::now();
   auto in_flight = std::make_unique<InFlight>(s.metrics.requests_in_flight);
-  if (s.draining) return send_error(s, res, ApiError::unavailable("the server is shutting down", s.config.retry_after_s));
+  if (s.draining) {
+    s.http.close_after_response(res);  // let the client reconnect elsewhere
+    return send_error(s, res, ApiError::unavailable("the server is shutting down", s.config.retry_after_s));
+  }
   std::shared_ptr<ServingModel> model = s.model();
   if (!model) return send_error(s, res, ApiError::unavailable("the model is still loading", s.config.retry_after_s));
   auto body = parse_json_body(http_req.body);

@@ -99,6 +99,9 @@ std::string route_label(const std::string& path) {
 
 void install_hooks(ServerState& s) {
   auto& http = s.http;
+  // A record left by a request whose answer never reached the logger must not leak into the
+  // next request's log line.
+  http.on_request_start = [&s] { s.take_record(); };
   http.set_payload_max_length(s.config.max_body_bytes);
   http.set_keep_alive_max_count(100000);
   http.set_tcp_nodelay(true);  // SSE chunks are small and latency-sensitive

@@ -114,3 +114,35 @@ def test_health_reports_loading_then_ok(ember_bin, gemma_path):
         assert status == 200 and body["data"][0]["id"] == "gemma-3-270m-q4_k_m.gguf"
     finally:
         assert srv.stop() == 0
+
+
+def test_queue_full_is_429_with_retry_after(ember_bin, tiny_chat_model):
+    srv = EmberServer(tiny_chat_model, "--served-model-name", "tiny", "-t", "1", "--kv-cache-memory", "16MiB",
+                      "--max-num-seqs", "4", "--max-queue", "1", name="queue server").wait_ready()
+    try:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=120)
+        outcomes = []
+
+        def call():
+            try:
+                client.completions.create(model="tiny", prompt=PROMPT, max_tokens=200, temperature=0, n=4,
+                                          extra_body={"ignore_eos": True})
+                outcomes.append("ok")
+            except openai.RateLimitError as e:
+                ok = e.status_code == 429 and e.response.headers["retry-after"] == "1" and e.code == "queue_full"
+                outcomes.append("429" if ok else repr(e))
+            except Exception as e:  # noqa: BLE001 - shows up in the assertion below
+                outcomes.append(repr(e))
+
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(outcomes) == 8 and "429" in outcomes and "ok" in outcomes, outcomes
+        # The client's own retries honour Retry-After and get through once the queue drains.
+        patient = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=5, timeout=120)
+        assert patient.completions.create(model="tiny", prompt=PROMPT, max_tokens=4).usage.completion_tokens >= 1
+        assert srv.metrics()["ember_requests_rejected_total"] >= 1
+    finally:
+        assert srv.stop() == 0

@@ -206,6 +206,7 @@ TEST(RequestParser, BodyLevelErrors) {
   EXPECT_FALSE(parse_json_body("{").is_ok());
   EXPECT_FALSE(parse_json_body("").is_ok());
   EXPECT_FALSE(parse_json_body("{\"a\": \"\xff\"}").is_ok());  // invalid UTF-8
+  EXPECT_FALSE(parse_json_body("{\"temperature\": 1e309}").is_ok());  // beyond double: not a 500
   std::string deep(100, '[');
   deep += std::string(100, ']');
   auto d = parse_json_body(deep);
