@@ -1,7 +1,7 @@
 // `ember perplexity -m MODEL -f TEXT [--ctx N] [--stride S]`: perplexity over a text file,
 // computed as llama.cpp's llama-perplexity does by default so the two compare directly: the
 // text is tokenized once (BOS added as the model's tokenizer does), cut into chunks of --ctx
-// tokens whose first token is replaced by BOS, and only the second half of each chunk is
+// tokens whose first token is replaced by BOS (when the tokenizer adds one), and only the second half of each chunk is
 // scored (every scored token sees at least ctx/2 tokens of context). --stride S instead
 // slides windows of ctx tokens by S and scores the last S tokens of each (HF style).
 // --kl-base FILE compares ember's token distributions with saved reference logits
@@ -105,7 +105,11 @@ int run(const PplOptions& o) {
     kl_ref = std::move(*r);
   }
   std::vector<float> saved;
-  const auto bos = (*tok)->bos_id();
+  // llama.cpp puts BOS at the start of each chunk only for models whose tokenizer adds it
+  // (Llama, Gemma); Qwen2 defines a BOS id but never adds it, so its chunks stay as they are.
+  const auto& prefix = (*tok)->special_prefix();
+  const std::optional<int32_t> bos =
+      !prefix.empty() && prefix.front() == (*tok)->bos_id() ? (*tok)->bos_id() : std::nullopt;
   double nll = 0, kl_sum = 0;
   int64_t n_scored = 0, top1_same = 0;
   std::vector<double> lp, lp_ref;
