@@ -6,7 +6,7 @@
 // - SentencePiece-style BPE: encodes and decodes without crashing; ids stay in the vocabulary.
 // - The incremental detokenizer adds up to decode() and only ever emits valid UTF-8.
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -46,7 +46,7 @@ void check_stream(const ember::Tokenizer& tok, const std::vector<int32_t>& ids, 
   std::string all;
   for (int32_t id : ids) {
     std::string chunk = d.push(id);
-    check(ember::tok::is_valid_utf8(chunk), "incremental chunk is valid UTF-8");
+    check(ember::is_valid_utf8(chunk), "incremental chunk is valid UTF-8");
     all += chunk;
   }
   all += d.flush();
@@ -58,7 +58,7 @@ void check_stream(const ember::Tokenizer& tok, const std::vector<int32_t>& ids, 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Tokenizers& t = tokenizers();
   const std::string input(reinterpret_cast<const char*>(data), size);
-  const std::string expected = ember::tok::sanitize_utf8(input);
+  const std::string expected = ember::sanitize_utf8(input);
   for (const ember::Tokenizer* bl : {t.llama3.get(), t.gpt2.get()}) {
     for (bool parse_special : {true, false}) {
       auto ids = bl->encode(input, false, parse_special);
@@ -70,13 +70,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const ember::Tokenizer* sp : {t.spm.get(), t.gemma.get()}) {
     auto ids = sp->encode(input, true, size % 3 != 0);
     for (int32_t id : ids) check(id >= 0 && id < sp->vocab_size(), "id in vocabulary");
-    check(ember::tok::is_valid_utf8(sp->decode(ids, size % 2 == 0)), "decode is valid UTF-8");
+    check(ember::is_valid_utf8(sp->decode(ids, size % 2 == 0)), "decode is valid UTF-8");
     check_stream(*sp, ids, size % 2 == 1);
   }
   // Arbitrary ids (in and out of range) must decode without crashing.
   std::vector<int32_t> raw;
   for (size_t i = 0; i + 1 < size && raw.size() < 64; i += 2) raw.push_back(static_cast<int32_t>(data[i] | (data[i + 1] << 8)) - 64);
-  check(ember::tok::is_valid_utf8(t.spm->decode(raw)), "decode of arbitrary ids is valid UTF-8");
+  check(ember::is_valid_utf8(t.spm->decode(raw)), "decode of arbitrary ids is valid UTF-8");
   check_stream(*t.gpt2, raw, false);
   return 0;
 }

@@ -321,7 +321,7 @@ Result<Value> f_truncate(Interpreter&, const Value& v, CallArgs& args) {
   EMBER_ASSIGN_OR_RETURN(std::string s, soft_str(v));
   EMBER_ASSIGN_OR_RETURN(std::string e, soft_str(end));
   EMBER_ASSIGN_OR_RETURN(bool kill, truthy(killwords));
-  int64_t end_len = static_cast<int64_t>(utf8_length(e));
+  int64_t end_len = static_cast<int64_t>(count_code_points(e));
   if (n < end_len) return Status::error("AssertionError: expected length >= len(end)");
   if (lee < 0) return Status::error("AssertionError: expected leeway >= 0");
   std::u32string cps = utf8_decode(s);

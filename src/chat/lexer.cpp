@@ -412,7 +412,7 @@ Result<std::string> unescape_string_literal(std::string_view body) {
         i += static_cast<size_t>(width);
         if (cp > 0x10FFFF) return Status::error("illegal Unicode character");
         if (cp >= 0xD800 && cp <= 0xDFFF) return Status::error("surrogate code points are not supported in strings");
-        utf8_append(out, cp);
+        append_utf8(out, cp);
         break;
       }
       case 'N': return Status::error("\\N{...} escapes are not supported");
@@ -421,7 +421,7 @@ Result<std::string> unescape_string_literal(std::string_view body) {
           uint32_t cp = static_cast<uint32_t>(e - '0');
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k)
             cp = cp * 8 + static_cast<uint32_t>(body[++i] - '0');
-          utf8_append(out, cp);
+          append_utf8(out, cp);
         } else if (static_cast<unsigned char>(e) >= 0x80) {
           // jinja2 first turns the non-ASCII character into a \x / \u / \U escape, whose
           // backslash this one then escapes: the escape's text survives literally.

@@ -85,7 +85,7 @@ Result<Value> find_method(const std::string& self, CallArgs& args, bool from_rig
     if (raise) return Status::error("ValueError: substring not found");
     return Value(-1);
   }
-  return Value(static_cast<int64_t>(utf8_length(std::string_view(self).substr(0, pos))));
+  return Value(static_cast<int64_t>(count_code_points(std::string_view(self).substr(0, pos))));
 }
 
 Result<Value> justify_method(const std::string& self, CallArgs& args, char how, const char* name) {
@@ -94,7 +94,7 @@ Result<Value> justify_method(const std::string& self, CallArgs& args, char how, 
   Value fill = r.get("fillchar", Value(" "));
   EMBER_RETURN_IF_ERROR(r.finish());
   if (!width.is_int() && !width.is_bool()) return Status::error("TypeError: width must be an integer");
-  if (!fill.is_string() || utf8_length(fill.as_string()) != 1)
+  if (!fill.is_string() || count_code_points(fill.as_string()) != 1)
     return Status::error("TypeError: The fill character must be exactly one character long");
   if (width.as_int() > kMaxPadWidth) return Status::error("MemoryError: width too large");
   return Value(py_justify(self, width.as_int(), fill.as_string(), how));

@@ -236,7 +236,7 @@ Result<Value> slice_value(const Value& obj, const Value& start_v, const Value& s
     std::string out;
     for (int64_t i : idx) {
       if (ascii) out.push_back(obj.as_string()[static_cast<size_t>(i)]);
-      else utf8_append(out, cps[static_cast<size_t>(i)]);
+      else append_utf8(out, cps[static_cast<size_t>(i)]);
     }
     return Value(std::move(out));
   }

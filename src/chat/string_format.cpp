@@ -24,12 +24,12 @@ struct Spec {
 };
 
 std::string pad(const std::string& text, const Spec& spec, char default_align) {
-  size_t len = utf8_length(text);
+  size_t len = count_code_points(text);
   if (spec.width < 0 || len >= static_cast<size_t>(spec.width)) return text;
   size_t total = static_cast<size_t>(spec.width) - len;
   char align = spec.align ? spec.align : default_align;
   std::string fill;
-  utf8_append(fill, spec.fill);
+  append_utf8(fill, spec.fill);
   auto repeat = [&](size_t n) {
     std::string r;
     for (size_t i = 0; i < n; ++i) r += fill;
@@ -133,10 +133,10 @@ Result<std::string> format_one(const Value& v, const Spec& spec, bool percent_st
     return pad(s, spec, percent_style ? '>' : '<');
   }
   if (type == 'c') {
-    if (v.is_string() && utf8_length(v.as_string()) == 1) return pad(v.as_string(), spec, '<');
+    if (v.is_string() && count_code_points(v.as_string()) == 1) return pad(v.as_string(), spec, '<');
     if (v.is_int() && v.as_int() >= 0 && v.as_int() <= 0x10FFFF) {
       std::string s;
-      utf8_append(s, static_cast<char32_t>(v.as_int()));
+      append_utf8(s, static_cast<char32_t>(v.as_int()));
       return pad(s, spec, '<');
     }
     return Status::error("TypeError: %c requires an int or a single character");

@@ -114,7 +114,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     std::u32string cps = utf8_decode(s);
     for (char32_t c : cps) {
       if (count-- > 0) out += replacement;
-      utf8_append(out, c);
+      append_utf8(out, c);
     }
     if (count-- > 0) out += replacement;
     return out;
@@ -132,14 +132,14 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
 }
 
 int64_t py_count(const std::string& s, const std::string& sub) {
-  if (sub.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
+  if (sub.empty()) return static_cast<int64_t>(count_code_points(s)) + 1;
   int64_t n = 0;
   for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
   return n;
 }
 
 std::string py_justify(const std::string& s, int64_t width, const std::string& fill, char how) {
-  int64_t len = static_cast<int64_t>(utf8_length(s));
+  int64_t len = static_cast<int64_t>(count_code_points(s));
   if (width <= len) return s;
   int64_t marg = width - len;
   int64_t left = how == '<' ? 0 : how == '>' ? marg : marg / 2 + (marg & width & 1);
@@ -151,7 +151,7 @@ std::string py_justify(const std::string& s, int64_t width, const std::string& f
 }
 
 std::string py_zfill(const std::string& s, int64_t width) {
-  int64_t len = static_cast<int64_t>(utf8_length(s));
+  int64_t len = static_cast<int64_t>(count_code_points(s));
   if (width <= len) return s;
   std::string zeros(static_cast<size_t>(width - len), '0');
   if (!s.empty() && (s[0] == '+' || s[0] == '-')) return s.substr(0, 1) + zeros + s.substr(1);

@@ -1,7 +1,9 @@
 #pragma once
-// UTF-8 helpers for Python-like string semantics: Jinja templates index, slice and
+// Python-like string semantics on UTF-8 (the codec itself is core/utf8.h): Jinja templates index, slice and
 // measure strings in code points, and classify whitespace and case the way Python's
 // str methods do.
+#include "core/utf8.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -11,13 +13,9 @@ namespace ember::chat {
 
 // True when every byte is ASCII (fast paths skip decoding).
 bool is_ascii(std::string_view s);
-// Whether `s` is well-formed UTF-8.
-bool is_valid_utf8(std::string_view s);
 // Decodes well-formed UTF-8 (callers validate input at the boundary).
 std::u32string utf8_decode(std::string_view s);
-void utf8_append(std::string& out, char32_t cp);
 std::string utf8_encode(std::u32string_view s);
-size_t utf8_length(std::string_view s);
 
 // Python's str.isspace() for one code point.
 bool py_isspace(char32_t cp);

@@ -224,7 +224,7 @@ Result<int64_t> py_len(const Value& v) {
     case Value::Kind::kUndefined:
       if (v.is_unsupported()) return undefined_error(v);
       return int64_t{0};
-    case Value::Kind::kString: return static_cast<int64_t>(utf8_length(v.as_string()));
+    case Value::Kind::kString: return static_cast<int64_t>(count_code_points(v.as_string()));
     case Value::Kind::kSeq:
       if (v.as_seq().flavor == SeqFlavor::kGenerator)
         return Status::error("TypeError: object of type 'generator' has no len()");

@@ -294,7 +294,7 @@ std::string repr_string(std::string_view s) {
     } else if (cp == '\t') {
       out += "\\t";
     } else if (py_isprintable(cp)) {
-      utf8_append(out, cp);
+      append_utf8(out, cp);
     } else if (cp < 0x100) {
       out += fmt::format("\\x{:02x}", static_cast<unsigned>(cp));
     } else if (cp < 0x10000) {

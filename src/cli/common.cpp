@@ -100,7 +100,8 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   source_probe = Status::ok();  // release the probe's mappings before the real load
   ProgressBar bar("loading " + std::filesystem::path(o.model).filename().string(), 1);
   ro.progress = [&bar](int done, int total) {
-    bar.update(done, fmt::format("layers {}/{}", done, total));
+    bar.set_total(total);
+    bar.update(done, "layers");
   };
   const auto t0 = std::chrono::steady_clock::now();
   auto runner = ModelRunner::load(o.model, ro);

@@ -11,6 +11,8 @@ class ProgressBar {
  public:
   ProgressBar(std::string label, int64_t total);
   void update(int64_t done, const std::string& suffix = "");
+  // For work whose size is only known once it starts (the layer count of a model being loaded).
+  void set_total(int64_t total) { total_ = total > 0 ? total : 1; }
   void finish(const std::string& summary = "");
 
  private:

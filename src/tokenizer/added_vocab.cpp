@@ -1,6 +1,6 @@
 #include "tokenizer/added_vocab.h"
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <unicode/uchar.h>
 

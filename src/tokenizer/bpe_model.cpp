@@ -1,7 +1,7 @@
 #include "tokenizer/bpe_model.h"
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 #include "tokenizer/decoder.h"
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace ember::tok {
 

@@ -5,7 +5,7 @@
 #include "tokenizer/loader_common.h"
 #include "tokenizer/merge_gen.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <map>
 

@@ -1,6 +1,6 @@
 #include "tokenizer/merge_gen.h"
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <algorithm>
 #include <unordered_map>

@@ -1,6 +1,6 @@
 #include "tokenizer/normalizer.h"
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>

@@ -1,6 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <algorithm>
 
@@ -71,7 +71,7 @@ void Tokenizer::encode_plain(std::string_view text, bool at_origin, bool parse_s
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special, bool parse_special) const {
-  std::string text = tok::sanitize_utf8(input);
+  std::string text = sanitize_utf8(input);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (raw_matcher_.empty()) {

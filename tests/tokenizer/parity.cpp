@@ -1,7 +1,7 @@
 #include "parity.h"
 
 #include "fixtures.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <gtest/gtest.h>
 
@@ -58,11 +58,11 @@ void expect_incremental_parity(const nlohmann::json& expected, const Tokenizer& 
       std::string all;
       for (int32_t id : ids_of(c["ids"])) {
         std::string chunk = detok.push(id);
-        EXPECT_TRUE(tok::is_valid_utf8(chunk)) << "broken UTF-8 after id " << id;
+        EXPECT_TRUE(is_valid_utf8(chunk)) << "broken UTF-8 after id " << id;
         all += chunk;
       }
       std::string rest = detok.flush();
-      EXPECT_TRUE(tok::is_valid_utf8(rest));
+      EXPECT_TRUE(is_valid_utf8(rest));
       all += rest;
       EXPECT_EQ(all, c[skip ? "decoded_skip" : "decoded_ids"].get<std::string>()) << "skip_special=" << skip;
     }

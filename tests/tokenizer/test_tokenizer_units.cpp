@@ -4,7 +4,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <gtest/gtest.h>
 
@@ -17,15 +17,15 @@ const std::string kFffd = "\xEF\xBF\xBD";
 
 TEST(Utf8, SanitizeReplacesMaximalSubparts) {
   // Unicode 15, Table 3-8: each maximal subpart of an ill-formed sequence is one U+FFFD.
-  EXPECT_EQ(tok::sanitize_utf8("abc"), "abc");
-  EXPECT_EQ(tok::sanitize_utf8("a\x80z"), "a" + kFffd + "z");
-  EXPECT_EQ(tok::sanitize_utf8("\xC0\xAF"), kFffd + kFffd);              // C0 is never valid
-  EXPECT_EQ(tok::sanitize_utf8("\xE0\x80\xAF"), kFffd + kFffd + kFffd);  // overlong: E0 80 is not a prefix
-  EXPECT_EQ(tok::sanitize_utf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate
-  EXPECT_EQ(tok::sanitize_utf8("\xE2\x82"), kFffd);                      // truncated: one subpart
-  EXPECT_EQ(tok::sanitize_utf8("\xF0\x9F\x98 x"), kFffd + " x");
-  EXPECT_EQ(tok::sanitize_utf8("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
-  EXPECT_EQ(tok::sanitize_utf8(std::string("\0", 1)), std::string("\0", 1));
+  EXPECT_EQ(sanitize_utf8("abc"), "abc");
+  EXPECT_EQ(sanitize_utf8("a\x80z"), "a" + kFffd + "z");
+  EXPECT_EQ(sanitize_utf8("\xC0\xAF"), kFffd + kFffd);              // C0 is never valid
+  EXPECT_EQ(sanitize_utf8("\xE0\x80\xAF"), kFffd + kFffd + kFffd);  // overlong: E0 80 is not a prefix
+  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate
+  EXPECT_EQ(sanitize_utf8("\xE2\x82"), kFffd);                      // truncated: one subpart
+  EXPECT_EQ(sanitize_utf8("\xF0\x9F\x98 x"), kFffd + " x");
+  EXPECT_EQ(sanitize_utf8("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
+  EXPECT_EQ(sanitize_utf8(std::string("\0", 1)), std::string("\0", 1));
 }
 
 TEST(ByteLevel, Gpt2Map) {

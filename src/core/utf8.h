@@ -1,5 +1,5 @@
 #pragma once
-// UTF-8 helpers shared by the tokenizer pipeline: validation with U+FFFD substitution (the
+// UTF-8 helpers shared by the tokenizer and the chat templates: validation with U+FFFD substitution (the
 // "maximal subpart" policy of Unicode 15 §3.9, which Python's errors="replace" and Rust's
 // from_utf8_lossy both follow), code point iteration, and the Unicode White_Space property.
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace ember::tok {
+namespace ember {
 
 // Length in bytes of the well-formed UTF-8 sequence starting at s[pos], or 0 when the bytes
 // there are not a complete, well-formed sequence.

@@ -1,6 +1,6 @@
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
-namespace ember::tok {
+namespace ember {
 
 namespace {
 // Valid second-byte range for a lead byte (Unicode Table 3-7), so overlongs and surrogates are
@@ -129,4 +129,4 @@ bool is_unicode_whitespace(char32_t cp) {
   }
 }
 
-}  // namespace ember::tok
+}  // namespace ember
