@@ -22,7 +22,7 @@ CommandFn register_logits(CLI::App& app) {
       fmt::print(stderr, "error: {}\n", ids.message());
       return 2;
     }
-    o->kv_dtype = "f32";
+    if (o->kv_dtype == "auto") o->kv_dtype = "f32";  // exact unless asked otherwise
     auto runner = load_runner(*o);
     if (!runner.is_ok()) {
       fmt::print(stderr, "error: {}\n", runner.message());

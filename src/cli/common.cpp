@@ -17,9 +17,9 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "CUDA: fraction of the free GPU memory (after the weights) for the KV cache and activations")
       ->check(CLI::Range(0.01, 1.0));
-  if (!engine_options) return;
   app.add_option("--kv-dtype", o.kv_dtype,
                  "KV cache dtype: auto (f32 for f32 checkpoints, else f16; bf16 on CUDA), f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
+  if (!engine_options) return;
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "KV cache size, e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from --gpu-memory-utilization on CUDA");
   app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
