@@ -9,8 +9,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -42,6 +45,32 @@ Status run_chunk(ModelRunner& r, const std::vector<int32_t>& tokens, int start, 
   b.query_start = {0, n};
   b.seq_lens = {start + n};
   return r.execute(b, logits);
+}
+
+// Bytes of the checkpoint on disk: the GGUF file, or the safetensors shards of a directory.
+uint64_t checkpoint_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return fs::file_size(path, ec);
+  uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.is_regular_file(ec) && e.path().extension() == ".safetensors") total += e.file_size(ec);
+  return total;
+}
+
+uint64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// A field of /proc/self/status in bytes (e.g. "RssAnon"); 0 where it is not available.
+uint64_t proc_status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;  // "kB"
+  return 0;
 }
 
 double median(std::vector<double> v) {
@@ -104,6 +133,17 @@ int run_speed(const SpeedOptions& o) {
     j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", median(tg)}};
     fmt::print("tg{}: {:.2f} tok/s\n", o.n_gen, median(tg));
   }
+  // Weights are memory-mapped, so the touched pages of the file count in RSS once; anything
+  // above file + KV cache is scratch, tables and copies.
+  const uint64_t rss = peak_rss_bytes(), file = checkpoint_bytes(o.model.model);
+  const uint64_t kv = r.kv_bytes_per_block(block_size) * static_cast<uint64_t>(n_blocks);
+  const double mib = 1024.0 * 1024.0;
+  const uint64_t anon = proc_status_bytes("RssAnon"), mapped = proc_status_bytes("RssFile");
+  j["memory"] = {{"peak_rss_bytes", rss}, {"file_bytes", file}, {"kv_cache_bytes", kv},
+                 {"rss_anon_bytes", anon}, {"rss_file_bytes", mapped}};
+  fmt::print("memory: peak RSS {:.1f} MiB = {:.3f} x (file {:.1f} MiB + KV cache {:.1f} MiB)\n", rss / mib,
+             file + kv > 0 ? static_cast<double>(rss) / static_cast<double>(file + kv) : 0.0, file / mib, kv / mib);
+  fmt::print("memory: now {:.1f} MiB anonymous, {:.1f} MiB of mapped files\n", anon / mib, mapped / mib);
   if (!o.json_path.empty()) std::ofstream(o.json_path) << j.dump(2) << "\n";
   return 0;
 }
