@@ -12,8 +12,9 @@
 namespace ember {
 
 namespace {
-constexpr int kSpinIterations = 20000;
-}
+constexpr int kSpinIterations = 20000;  // a worker's spin before it sleeps on the futex
+constexpr int kWaitSpins = 2048;        // the caller's spin before it yields its core
+}  // namespace
 
 int ThreadPool::default_threads() {
   unsigned n = std::thread::hardware_concurrency();
@@ -22,7 +23,7 @@ int ThreadPool::default_threads() {
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : default_threads()) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -32,7 +33,21 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::worker_loop(int ith) {
+void ThreadPool::run_tasks(uint32_t gen) {
+  uint64_t cur = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(cur >> 32) != gen) return;  // a later run: ours is finished
+    const int ith = static_cast<int>(cur & 0xffffffffu);
+    if (ith >= n_threads_) return;
+    if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    // The run cannot end (and job_ cannot change) before this claimed task reports done.
+    (*job_)(ith, n_threads_);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    cur = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_loop() {
   uint32_t seen = 0;
   for (;;) {
     uint32_t gen = generation_.load(std::memory_order_acquire);
@@ -46,8 +61,7 @@ void ThreadPool::worker_loop(int ith) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    (*job_)(ith, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    run_tasks(gen);
   }
 }
 
@@ -56,12 +70,19 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);
   generation_.notify_all();
-  fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) EMBER_PAUSE();
+  run_tasks(gen);
+  // Tasks still running elsewhere: spin, then give the core away (a descheduled worker may
+  // be waiting for exactly this one).
+  for (int spin = 0; done_.load(std::memory_order_acquire) != n_threads_; ++spin) {
+    EMBER_PAUSE();
+    if (spin > kWaitSpins) std::this_thread::yield();
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
