@@ -17,6 +17,8 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "CUDA: fraction of the free GPU memory (after the weights) for the KV cache and activations")
       ->check(CLI::Range(0.01, 1.0));
+  app.add_flag("--batch-invariant", o.batch_invariant,
+               "CPU: each row's result independent of its batch, so outputs do not depend on what runs beside a request (slower prefill)");
   app.add_option("--kv-dtype", o.kv_dtype,
                  "KV cache dtype: auto (f32 for f32 checkpoints, else f16; bf16 on CUDA), f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
   if (!engine_options) return;
@@ -82,6 +84,7 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   RunnerOptions ro;
   ro.device = o.device;
   ro.n_threads = o.threads;
+  ro.batch_invariant = o.batch_invariant;
   auto source_probe = WeightSource::open(o.model);
   if (!source_probe.is_ok()) return source_probe.status();
   if (o.kv_dtype == "auto" && o.device.rfind("cuda", 0) == 0) {

@@ -18,6 +18,7 @@ struct ModelOptions {
   int threads = 0;
   std::string device = "cpu";
   std::string kv_dtype = "auto";
+  bool batch_invariant = false;
   // KV cache size: "auto" = 1GiB on the CPU, on a GPU what gpu_memory_utilization of the free
   // device memory leaves after the weights and activations.
   std::string kv_cache_memory = "auto";

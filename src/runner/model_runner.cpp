@@ -24,7 +24,8 @@ Result<DType> parse_kv_dtype(const std::string& name) {
 namespace {
 
 Result<std::unique_ptr<Backend>> make_backend(const RunnerOptions& o) {
-  if (o.device == "cpu") return make_cpu_backend(o.n_threads);
+  if (o.device == "cpu") return make_cpu_backend(o.n_threads, o.batch_invariant);
+  if (o.batch_invariant) return Status::error("batch-invariant mode exists on the CPU backend only");
   if (o.device.rfind("cuda", 0) == 0) {
 #ifdef EMBER_HAVE_CUDA
     const int index = o.device.size() > 5 ? std::atoi(o.device.c_str() + 5) : 0;

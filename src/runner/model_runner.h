@@ -28,6 +28,10 @@ struct RunnerOptions {
   DType kv_dtype = DType::F32;
   // CUDA: capture decode steps in CUDA graphs (EMBER_CUDA_GRAPHS=0 also turns them off).
   bool cuda_graphs = true;
+  // CPU: every row's result independent of the other rows in its batch (one matmul path for
+  // any row count, attention splits that depend on the sequence only), so greedy outputs do
+  // not depend on batching, chunking or preemption; costs prefill speed (docs/PERFORMANCE.md).
+  bool batch_invariant = false;
   std::function<void(int done, int total)> progress;
 };
 

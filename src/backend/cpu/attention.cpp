@@ -45,6 +45,9 @@ struct Geometry {
   int n_heads, n_kv_heads, group, head_dim, block_size;
   int64_t n_slots;
   int key_tile;  // keys per tile: K and V tiles of ~16 KB each stay in L1
+  // Batch-invariant mode: tiles start at multiples of key_tile, and scores come from one
+  // dot product per (row, key), so a row sees the same sums whatever unit it is in.
+  bool invariant = false;
 };
 
 // Per-thread scratch for one unit.
@@ -119,6 +122,7 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
 
   // Keys of this item: the unit's visible range, or this split's share of it (whole tiles).
   auto [k_lo, k_hi] = unit_keys(u, b, p);
+  if (g.invariant) k_lo = k_lo / g.key_tile * g.key_tile;  // rows mask what they do not see
   if (u.n_splits > 1) {
     const int64_t tiles = (k_hi - k_lo + g.key_tile - 1) / g.key_tile;
     const int64_t per = (tiles + u.n_splits - 1) / u.n_splits * g.key_tile;
@@ -140,8 +144,16 @@ void run_unit(const KernelTable& kt, const Unit& u, const Tensor& q, const KvLay
       kv_read_head(kt, kv.k, kv.k_scales, slot, g.n_kv_heads, u.kv_head, D, sc.kbuf + static_cast<size_t>(t) * D);
       kv_read_head(kt, kv.v, kv.v_scales, slot, g.n_kv_heads, u.kv_head, D, sc.vbuf + static_cast<size_t>(t) * D);
     }
-    // Scores of every row against the whole tile; masked entries are dropped below.
-    kt.attn_scores(sc.q, rows, sc.kbuf, nk, D, sc.s, kKeyTile, sc.work);
+    // Scores of every row against the whole tile; masked entries are dropped below. The
+    // blocked score kernel picks its summation order by the tile's shape (rows, keys).
+    if (g.invariant) {
+      for (int r = 0; r < rows; ++r)
+        for (int t = 0; t < nk; ++t)
+          sc.s[static_cast<size_t>(r) * kKeyTile + t] =
+              kt.dot_f32(sc.q + static_cast<size_t>(r) * D, sc.kbuf + static_cast<size_t>(t) * D, D);
+    } else {
+      kt.attn_scores(sc.q, rows, sc.kbuf, nk, D, sc.s, kKeyTile, sc.work);
+    }
     for (int r = 0; r < rows; ++r) {
       const int64_t qpos = pos0 + u.j0 + r / G;
       // Visible keys of this row within the tile: [tb, te).
@@ -204,7 +216,7 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
               "attention: q {} out {} for {} tokens", shape_string(q), shape_string(out), n_tokens);
 
   Geometry g{p.n_heads, p.n_kv_heads, p.n_heads / p.n_kv_heads, p.head_dim, kv.block_size,
-             kv.k.dim(0) * kv.k.dim(1), std::clamp(4096 / p.head_dim / 8 * 8, 8, kKeyTile)};
+             kv.k.dim(0) * kv.k.dim(1), std::clamp(4096 / p.head_dim / 8 * 8, 8, kKeyTile), ctx.batch_invariant};
   const int tokens_per_unit = std::max(1, kRowsPerUnit / g.group);
   std::vector<Unit> units;
   for (int s = 0; s < n_seqs; ++s) {
@@ -224,7 +236,10 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
   std::vector<Unit> items;
   std::vector<size_t> first_item;  // per unit: index of its first item
   int64_t n_partials = 0;
-  const size_t want = units.size() >= static_cast<size_t>(nth) ? 1 : (2 * static_cast<size_t>(nth) + units.size() - 1) / units.size();
+  // Not in batch-invariant mode: a split sums a row's keys in another order.
+  const size_t want = units.size() >= static_cast<size_t>(nth) || ctx.batch_invariant
+                          ? 1
+                          : (2 * static_cast<size_t>(nth) + units.size() - 1) / units.size();
   for (const Unit& u : units) {
     first_item.push_back(items.size());
     auto [lo, hi] = unit_keys(u, batch, p);

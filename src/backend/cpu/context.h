@@ -40,6 +40,10 @@ struct CpuContext {
   KernelTable kt;
   ScratchBuffer shared_scratch;
   std::vector<ScratchBuffer> thread_scratch;  // [n_threads]; thread ith touches only its own
+  // Row results independent of the batch: no panel GEMM (its sums run in another order than
+  // the row kernels'), attention scores by one dot kernel for any tile shape, key tiles on a
+  // fixed grid, no flash-decoding splits (see make_cpu_backend).
+  bool batch_invariant = false;
 };
 
 void cpu_get_rows(CpuContext& ctx, const Tensor& table, const int32_t* ids, int n, Tensor& out);

@@ -31,10 +31,13 @@ class CpuBuffer final : public Buffer {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, cpu::Isa isa) : ctx_(n_threads, isa) {}
+  CpuBackend(int n_threads, cpu::Isa isa, bool batch_invariant = false) : ctx_(n_threads, isa) {
+    ctx_.batch_invariant = batch_invariant;
+  }
 
   std::string name() const override {
-    return fmt::format("cpu ({}, {} threads)", cpu::isa_name(ctx_.kt.isa), ctx_.pool.size());
+    return fmt::format("cpu ({}, {} threads{})", cpu::isa_name(ctx_.kt.isa), ctx_.pool.size(),
+                       ctx_.batch_invariant ? ", batch-invariant" : "");
   }
   Device device() const override { return Device::CPU; }
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<CpuBuffer>(bytes); }
@@ -78,8 +81,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<CpuBackend>(n_threads, cpu::detect_isa());
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool batch_invariant) {
+  return std::make_unique<CpuBackend>(n_threads, cpu::detect_isa(), batch_invariant);
 }
 
 std::unique_ptr<Backend> make_cpu_backend_isa(int n_threads, std::string_view isa) {

@@ -16,8 +16,11 @@
 
 namespace ember {
 
-// n_threads <= 0: one per hardware thread.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// n_threads <= 0: one per hardware thread. batch_invariant: every row's result is
+// independent of the other rows of its batch (one matmul kernel family for any row count,
+// attention with a fixed key-tile grid and no batch-dependent splits), at a cost in prefill
+// and long-context decode speed; by default the fastest kernel for each shape runs.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool batch_invariant = false);
 
 // For tests and benchmarks: the same backend restricted to an instruction set
 // ("scalar", "avx2", "avx512", "avx512vbmi"); null when the name is unknown or the CPU lacks it.

@@ -76,7 +76,7 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
 
   const MatmulKernel& kern = ctx.kt.matmul[idx];
   const GemmKernel& gk = ctx.kt.gemm[idx];
-  if (gk.decode && n >= kGemmMinRows) {
+  if (gk.decode && n >= kGemmMinRows && !ctx.batch_invariant) {
     run_panel_gemm(ctx, gk, gk.act, x.as<float>(), n, k, static_cast<const uint8_t*>(w.data), w.row_bytes(), m,
                    out.as<float>(), pbias);
     return;
