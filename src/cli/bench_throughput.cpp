@@ -66,6 +66,7 @@ int run_throughput(const ThroughputOptions& o) {
     fmt::print(stderr, "error: {}\n", runner.message());
     return 1;
   }
+  (*runner)->release_source_metadata();  // token ids are drawn at random: no tokenizer
   const int vocab = (*runner)->vocab_size();
   auto engine_r = make_engine(std::move(*runner), o.model, {});
   if (!engine_r.is_ok()) {

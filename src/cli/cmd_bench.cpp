@@ -85,6 +85,7 @@ int run_speed(const SpeedOptions& o) {
     return 1;
   }
   ModelRunner& r = **runner;
+  r.release_source_metadata();  // no tokenizer here
   const int block_size = 16;
   const int total = o.n_prompt + o.n_gen;
   const int n_blocks = (total + block_size - 1) / block_size;

@@ -66,6 +66,7 @@ int run(const PplOptions& o) {
     fmt::print(stderr, "error: perplexity needs the model's tokenizer: {}\n", tok.message());
     return 1;
   }
+  (*runner)->release_source_metadata();
   const auto tokens = (*tok)->encode(text, true);
   const int n_tok = static_cast<int>(tokens.size());
   const int ctx = o.ctx;

@@ -48,6 +48,7 @@ int run(const RunOptions& o) {
     fmt::print(stderr, "error: -p needs the model's tokenizer: {} (use --prompt-ids)\n", tk.message());
     return 1;
   }
+  (*runner)->release_source_metadata();
   std::vector<int32_t> prompt;
   if (!o.prompt.empty()) {
     prompt = tokenizer->encode(o.prompt, !o.no_special);

@@ -21,6 +21,7 @@ class MappedWeightSource : public WeightSource {
   bool has_tensor(const std::string& name) const override { return tensors_.count(name) > 0; }
   Result<Tensor> tensor(const std::string& name) const override;
   const nlohmann::json& metadata() const override { return metadata_; }
+  void release_metadata() override { metadata_ = nlohmann::json::object(); }
   size_t total_tensor_bytes() const override { return total_bytes_; }
 
   // Building (by the format-specific openers). add_tensor fails on a duplicate name.

@@ -9,7 +9,18 @@
 #include <cstdlib>
 #include <cstring>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 namespace ember {
+
+void ModelRunner::release_source_metadata() {
+  source_->release_metadata();
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 Result<DType> parse_kv_dtype(const std::string& name) {
   if (name == "f32" || name == "auto") return DType::F32;

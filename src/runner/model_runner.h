@@ -51,6 +51,9 @@ class ModelRunner : public ModelExecutor {
 
   const ModelConfig& config() const { return model_->config(); }
   const WeightSource& source() const { return *source_; }
+  // Once the caller has what it needs from source().metadata() (see WeightSource).
+  // Also hands the freed heap back to the OS (glibc keeps it otherwise).
+  void release_source_metadata();
   Backend& backend() { return *backend_; }
   DType kv_dtype() const { return kv_dtype_; }
 
