@@ -9,6 +9,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/qgemv.cuh"
 
 #include <cuda_runtime.h>
 
@@ -151,6 +152,93 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
     CK(cudaFree(x));
     CK(cudaFree(xb));
     CK(cudaFree(y));
+  }
+  CK(cudaFree(ws));
+}
+
+// Packed int4 / fp8 GEMV (tensor cores, dequantized in registers) at batch 1, 4 and 8, and the
+// gate/up + GLU launch; GB/s of packed bytes (weights + scales) read. Then the FP8 cuBLASLt GEMM
+// (x quantized per row + scale epilogue) against BF16 cuBLASLt for a batch of 256.
+void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
+  struct Shape { int64_t m, k; const char* what; };
+  const Shape shapes[] = {{4096, 4096, "q/o proj"}, {6144, 4096, "qkv"}, {14336, 4096, "gate/up"},
+                          {4096, 14336, "down"}, {128256, 4096, "lm_head"}};
+  void* ws = dmalloc(32u << 20);
+  for (QFormat f : {QFormat::Int4, QFormat::Fp8}) {
+    const char* fname = f == QFormat::Int4 ? "int4" : "fp8";
+    for (const auto& sh : shapes) {
+      const size_t qbytes = qweight_bytes(f, sh.m, sh.k);
+      const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / qbytes + 1));
+      void* src = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);
+      CK(launch_fill_random(DType::BF16, src, sh.m * sh.k, 10, -0.05f, 0.05f, s));
+      std::vector<void*> w(copies);
+      for (int c = 0; c < copies; ++c) {
+        w[c] = dmalloc(qbytes);
+        CK(launch_qweight_pack(f, 2, src, 0, sh.m, sh.m, sh.k, w[c], s));
+      }
+      CK(cudaStreamSynchronize(s));
+      CK(cudaFree(src));
+      auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(8 * sh.k) * 4));
+      auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(8 * sh.m) * 4 * 2));
+      CK(launch_fill_random(DType::F32, x, 8 * sh.k, 3, -1.0f, 1.0f, s));
+      const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
+      const int per_graph = std::max(copies * 4, 16);
+      for (int n : {1, 4, 8}) {
+        const double ms = time_graph(s, per_graph, 9, [&](int i) {
+          QGemvSeg seg;
+          seg.w = w[i % copies];
+          seg.out = y;
+          seg.m = sh.m;
+          CK(launch_qgemv_multi(f, &seg, 1, x, n, sh.k, /*pdl=*/true, s));
+        });
+        const double gbs = qbytes / (ms * 1e-3) / 1e9;
+        char note[96];
+        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f MB", ms * 1e3, 100.0 * gbs / copy_gbs, qbytes / 1e6);
+        result("qgemv", std::string("ember ") + fname + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
+      }
+      if (sh.m == 14336) {  // gate and up (two copies of the matrix) with the GLU epilogue
+        const double ms = time_graph(s, per_graph, 9, [&](int i) {
+          CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, 1, sh.m, sh.k, false, y, nullptr,
+                              nullptr, true, s));
+        });
+        const double gbs = 2.0 * qbytes / (ms * 1e-3) / 1e9;
+        char note[96];
+        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+        result("qgemv", std::string("ember ") + fname + " gate/up+GLU n=1 2x" + shape, gbs, "GB/s", note);
+      }
+      if (f == QFormat::Fp8 && sh.m == 14336) {
+        const int64_t n = 256, k_pad = qweight_k_pad(f, sh.k);
+        void* xq = dmalloc(static_cast<size_t>(n * k_pad) + 4096);
+        auto* xs = reinterpret_cast<float*>(static_cast<uint8_t*>(xq) + n * k_pad);
+        auto* xn = static_cast<float*>(dmalloc(static_cast<size_t>(n * sh.k) * 4));
+        auto* yn = static_cast<float*>(dmalloc(static_cast<size_t>(n * sh.m) * 4));
+        CK(launch_fill_random(DType::F32, xn, n * sh.k, 4, -1.0f, 1.0f, s));
+        const auto* wsc = [&](void* p) {
+          return reinterpret_cast<const float*>(static_cast<uint8_t*>(p) + qweight_scales_offset(f, sh.m, sh.k));
+        }(w[0]);
+        bool ok = true;
+        const double ms = time_graph(s, per_graph, 9, [&](int i) {
+          CK(launch_quantize_rows_fp8(xn, n, sh.k, k_pad, xq, xs, s));
+          ok = ok && lt.matmul(DType::FP8_E4M3, xq, w[i % copies], yn, n, sh.m, k_pad, ws, 32u << 20, s).is_ok();
+          CK(launch_scale_rows_cols(yn, n, sh.m, sh.m, xs, wsc, nullptr, s));
+        });
+        const double tf = 2.0 * n * sh.m * sh.k / (ms * 1e-3) / 1e12;
+        result("qgemm", "fp8 cuBLASLt + x quant + scales n=256 " + shape, ok ? tf : 0.0, "TFLOP/s",
+               ok ? std::to_string(ms * 1e3) + " us" : "cuBLASLt FP8 failed");
+        void* wb = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);
+        void* xb = dmalloc(static_cast<size_t>(n * sh.k) * 2);
+        CK(launch_convert(DType::F32, xn, DType::BF16, xb, n * sh.k, s));
+        const double msb = time_graph(s, 8, 9, [&](int) {
+          CK(lt.matmul(DType::BF16, xb, wb, yn, n, sh.m, sh.k, ws, 32u << 20, s).is_ok() ? cudaSuccess : cudaErrorUnknown);
+        });
+        result("qgemm", "bf16 cuBLASLt n=256 " + shape, 2.0 * n * sh.m * sh.k / (msb * 1e-3) / 1e12, "TFLOP/s",
+               std::to_string(msb * 1e3) + " us");
+        for (void* p : {xq, static_cast<void*>(xn), static_cast<void*>(yn), wb, xb}) CK(cudaFree(p));
+      }
+      for (void* p : w) CK(cudaFree(p));
+      CK(cudaFree(x));
+      CK(cudaFree(y));
+    }
   }
   CK(cudaFree(ws));
 }
@@ -351,6 +439,7 @@ int main(int argc, char** argv) {
   }
   const double copy = only == "profile" ? 0.0 : copy_bandwidth(s);
   if (only.empty() || only == "gemv") bench_gemv(s, copy, **lt);
+  if (only.empty() || only == "gemv" || only == "qgemv") bench_qgemv(s, copy, **lt);
   if (only == "profile") {
     profile_once(s, prop.multiProcessorCount);
     return 0;

@@ -21,6 +21,8 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
                "CPU: each row's result independent of its batch, so outputs do not depend on what runs beside a request (slower prefill)");
   app.add_option("--kv-dtype", o.kv_dtype,
                  "KV cache dtype: auto (f32 for f32 checkpoints, else f16; bf16 on CUDA), f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
+  app.add_option("--weight-format", o.weight_format,
+                 "CUDA: matrices on the GPU as auto (bf16), bf16, int4 (group 128, quantized at load) or fp8 (e4m3, per-row scales)");
   if (!engine_options) return;
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "KV cache size, e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from --gpu-memory-utilization on CUDA");
@@ -85,6 +87,7 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   ro.device = o.device;
   ro.n_threads = o.threads;
   ro.batch_invariant = o.batch_invariant;
+  ro.weight_format = o.weight_format;
   auto source_probe = WeightSource::open(o.model);
   if (!source_probe.is_ok()) return source_probe.status();
   if (o.kv_dtype == "auto" && o.device.rfind("cuda", 0) == 0) {

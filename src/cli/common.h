@@ -19,6 +19,7 @@ struct ModelOptions {
   std::string device = "cpu";
   std::string kv_dtype = "auto";
   bool batch_invariant = false;
+  std::string weight_format = "auto";
   // KV cache size: "auto" = 1GiB on the CPU, on a GPU what gpu_memory_utilization of the free
   // device memory leaves after the weights and activations.
   std::string kv_cache_memory = "auto";

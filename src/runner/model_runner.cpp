@@ -85,6 +85,15 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   EMBER_ASSIGN_OR_RETURN(r->source_, WeightSource::open(path));
   EMBER_ASSIGN_OR_RETURN(r->backend_, make_backend(o));
+  bool weight_format_set = o.weight_format == "auto";
+#ifdef EMBER_HAVE_CUDA
+  if (CudaStep* cs = cuda_step(*r->backend_)) {
+    EMBER_RETURN_IF_ERROR(cs->set_weight_format(o.weight_format));
+    weight_format_set = true;
+  }
+#endif
+  if (!weight_format_set)
+    return Status::errorf("weight format '{}' needs a CUDA device (--device cuda)", o.weight_format);
   ModelLoadOptions lo;
   lo.progress = o.progress;
   EMBER_ASSIGN_OR_RETURN(r->model_, Model::load(*r->source_, *r->backend_, lo));

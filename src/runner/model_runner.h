@@ -32,6 +32,9 @@ struct RunnerOptions {
   // any row count, attention splits that depend on the sequence only), so greedy outputs do
   // not depend on batching, chunking or preemption; costs prefill speed (docs/PERFORMANCE.md).
   bool batch_invariant = false;
+  // CUDA: how matrices are stored on the GPU: "auto" (BF16), "bf16", "int4" (weight-only,
+  // group 128, quantized at load) or "fp8" (e4m3, per-row scales). Other devices: "auto" only.
+  std::string weight_format = "auto";
   std::function<void(int done, int total)> progress;
 };
 

@@ -107,11 +107,12 @@ class Seqs {
 };
 
 std::unique_ptr<ModelRunner> load_runner(const std::string& path, const std::string& device, DType kv,
-                                         int n_blocks, bool graphs = true) {
+                                         int n_blocks, bool graphs = true, const std::string& weights = "auto") {
   RunnerOptions o;
   o.device = device;
   o.kv_dtype = kv;
   o.cuda_graphs = graphs;
+  o.weight_format = weights;
   auto r = ModelRunner::load(path, o);
   EXPECT_TRUE(r.is_ok()) << r.message();
   if (!r.is_ok()) return nullptr;
@@ -303,6 +304,92 @@ TEST(CudaModel, LargeShapesMatchCpu) {
   EXPECT_GE(gpu->num_cuda_graphs(), 1u);
   EXPECT_GE(gpu1->num_cuda_graphs(), 1u);
   std::printf("8B shapes: max rel error GPU vs CPU %.2e, graph+fusion vs plain %.2e\n", worst, worst_plain);
+}
+
+// Weight-only int4 / fp8 (quantized at load) against BF16 weights on the GPU, same checkpoint:
+// a 3-sequence prompt batch (the large-batch GEMM path), then batch-3 and batch-1 decode steps
+// (the tensor-core GEMV, fused q/k/v and gate/up+GLU, graphs) and fused vs unfused launches.
+// Bounds: the quantization error of random tiny models (int4 RTN of uniform weights is ~6% per
+// matrix), not exactness; fused vs unfused must agree to rounding.
+double quantized_vs_bf16(const std::string& path, const std::string& format, int n_prompt, int n_decode) {
+  const int bpb = (n_prompt + n_decode + 15) / 16 + 1, n_seqs = 3;
+  auto ref = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs));
+  auto q = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs), true, format);
+  setenv("EMBER_CUDA_FUSE", "0", 1);
+  auto qu = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, 1), false, format);
+  unsetenv("EMBER_CUDA_FUSE");
+  if (!ref || !q || !qu) return INFINITY;
+  const int vocab = ref->vocab_size();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  std::vector<std::vector<int32_t>> prompts(n_seqs);
+  for (auto& p : prompts) {
+    p.resize(static_cast<size_t>(n_prompt));
+    for (auto& t : p) t = tok(rng);
+  }
+  Seqs sr(16, bpb, n_seqs), sq(16, bpb, n_seqs), su(16, bpb, 1);
+  std::vector<float> lr, lq, lu;
+  EXPECT_TRUE(sr.step(*ref, prompts, false, lr).is_ok());
+  EXPECT_TRUE(sq.step(*q, prompts, false, lq).is_ok());
+  EXPECT_TRUE(su.step(*qu, {prompts[0]}, false, lu).is_ok());
+  double worst = 0;
+  int agree = 0, total = 0;
+  auto check = [&](const char* what, int j) {
+    for (int s = 0; s < n_seqs; ++s) {
+      const float* a = &lq[static_cast<size_t>(s) * vocab];
+      const float* b = &lr[static_cast<size_t>(s) * vocab];
+      const double e = rel_error(a, b, vocab);
+      EXPECT_TRUE(std::isfinite(e)) << format << " " << what << " " << j;
+      worst = std::max(worst, e);
+      agree += argmax(a, vocab) == argmax(b, vocab);
+      ++total;
+    }
+  };
+  check("prefill", 0);
+  const double e_pre = rel_error(lu.data(), lq.data(), vocab);
+  std::printf("%s %s: prefill batch of 3 vs alone (unfused) %.2e\n", path.c_str(), format.c_str(), e_pre);
+  // (measured: fp8 0, int4 3.5e-3 on the 8B shapes with one or several dequantization slabs, not
+  // explained yet: the int4 prompt path is dequantized BF16 weights through cuBLASLt, whose
+  // algorithm differs between 120 and 40 rows)
+  EXPECT_LE(e_pre, 1e-2) << format << " prefill: batch of 3 vs alone (unfused)";
+  std::vector<int32_t> next(n_seqs);
+  for (int s = 0; s < n_seqs; ++s) next[static_cast<size_t>(s)] = argmax(&lr[static_cast<size_t>(s) * vocab], vocab);
+  for (int j = 0; j < n_decode; ++j) {
+    EXPECT_TRUE(sr.step(*ref, {{next[0]}, {next[1]}, {next[2]}}, false, lr).is_ok());
+    EXPECT_TRUE(sq.step(*q, {{next[0]}, {next[1]}, {next[2]}}, false, lq).is_ok());
+    EXPECT_TRUE(su.step(*qu, {{next[0]}}, false, lu).is_ok());
+    check("decode", j);
+    // (attention splits differ between batch sizes, as for BF16 weights, plus the prefill drift)
+    EXPECT_LE(rel_error(lu.data(), lq.data(), vocab), 1e-2) << format << " decode " << j << ": batch-3 fused vs batch-1 unfused";
+    for (int s = 0; s < n_seqs; ++s) next[static_cast<size_t>(s)] = argmax(&lr[static_cast<size_t>(s) * vocab], vocab);
+  }
+  std::printf("%s %s: max rel error vs bf16 %.3e, top-1 agreement %d/%d\n", path.c_str(), format.c_str(), worst,
+              agree, total);
+  return worst;
+}
+
+TEST(CudaModel, QuantizedWeightsNearBf16) {
+  SKIP_WITHOUT_GPU();
+  for (const char* m : {"llama3/hf-bf16", "qwen3/hf", "gemma3/hf", "llama_q/model-q4_0.gguf"}) {
+    const std::string path = kFixtures + "/" + m;
+    if (!std::ifstream(path + "/config.json") && !std::ifstream(path)) continue;
+    // (measured on an H200: int4 0.45-0.62, fp8 0.16-0.24 on these 64-wide random models)
+    EXPECT_LE(quantized_vs_bf16(path, "int4", 20, 6), 0.75) << m;
+    EXPECT_LE(quantized_vs_bf16(path, "fp8", 20, 6), 0.3) << m;
+  }
+  // A weight format off the GPU is an error, not silently ignored.
+  RunnerOptions o;
+  o.weight_format = "int4";
+  EXPECT_FALSE(ModelRunner::load(kFixtures + "/llama3/hf-bf16", o).is_ok());
+}
+
+TEST(CudaModel, QuantizedWeightsLargeShapes) {
+  SKIP_WITHOUT_GPU();
+  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
+  if (!dir) GTEST_SKIP() << "set EMBER_CUDA_TEST_MODEL to a tools/make_cuda_bench_weights.py checkpoint";
+  // (measured on an H200: int4 0.23, fp8 0.096)
+  EXPECT_LE(quantized_vs_bf16(dir, "int4", 40, 4), 0.35);
+  EXPECT_LE(quantized_vs_bf16(dir, "fp8", 40, 4), 0.15);
 }
 
 }  // namespace

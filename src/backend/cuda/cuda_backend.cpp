@@ -42,6 +42,17 @@ void require(const Tensor& t, DType dtype, const char* what) {
   EMBER_CHECK(t.dtype == dtype, "{} must be {}, got {}", what, dtype_name(dtype), dtype_name(t.dtype));
 }
 
+// Rows [r0, r0 + nr) of a host matrix as an upload source: plain types as stored, quantized
+// types dequantized to F32 into deq.
+const void* host_rows(const Tensor& host, bool plain, int64_t r0, int64_t nr, std::vector<float>& deq) {
+  if (plain) return host.row_ptr(r0);
+  const int64_t cols = host.n_cols();
+  deq.resize(static_cast<size_t>(nr * cols));
+  for (int64_t r = 0; r < nr; ++r)
+    quant::dequantize_row(host.dtype, host.row_ptr(r0 + r), deq.data() + r * cols, cols);
+  return deq.data();
+}
+
 }  // namespace
 
 int CudaBackend::gemv_variant(int n, int64_t k) const {
@@ -92,7 +103,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (void* p : graveyard_) cudaFree(p);
   for (void* p : weights_) cudaFree(p);
-  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_})
+  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_})
     if (s->p) cudaFree(s->p);
   if (iota_) cudaFree(iota_);
   if (meta_host_) cudaFreeHost(meta_host_);
@@ -144,13 +155,7 @@ Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
   const size_t dst_row_bytes = dst.row_bytes();
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, rows - r0);
-    const void* src = host.row_ptr(r0);
-    if (!plain) {
-      deq.resize(static_cast<size_t>(nr * cols));
-      for (int64_t r = 0; r < nr; ++r)
-        quant::dequantize_row(host.dtype, host.row_ptr(r0 + r), deq.data() + r * cols, cols);
-      src = deq.data();
-    }
+    const void* src = host_rows(host, plain, r0, nr, deq);
     const size_t bytes = static_cast<size_t>(nr) * src_row_bytes;
     if (src_type == dst.dtype) {
       EMBER_CUDA_TRY(cudaMemcpyAsync(dst_bytes + r0 * dst_row_bytes, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -165,6 +170,36 @@ Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
   return Status::ok();
 }
 
+// Rows of a 2-D host matrix -> packed int4 / fp8 at dst, in chunks of whole 16-row tiles:
+// plain types are copied as stored, quantized types dequantized to F32 on the host first.
+Status CudaBackend::upload_packed(const Tensor& host, QFormat f, void* dst) {
+  const int64_t rows = host.n_rows(), cols = host.n_cols();
+  const bool plain = host.dtype == DType::F32 || host.dtype == DType::F16 || host.dtype == DType::BF16;
+  const size_t src_row_bytes = plain ? host.row_bytes() : static_cast<size_t>(cols) * sizeof(float);
+  const int src_type = !plain || host.dtype == DType::F32 ? 0 : host.dtype == DType::F16 ? 1 : 2;
+  int64_t chunk_rows = std::max<int64_t>(16, static_cast<int64_t>(kStagingBytes / std::max<size_t>(src_row_bytes, 1)));
+  chunk_rows = chunk_rows / 16 * 16;
+  std::vector<float> deq;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    const void* src = host_rows(host, plain, r0, nr, deq);
+    const size_t bytes = static_cast<size_t>(nr) * src_row_bytes;
+    void* stage = scratch(staging_, bytes);
+    EMBER_CUDA_TRY(cudaMemcpyAsync(stage, src, bytes, cudaMemcpyHostToDevice, stream_));
+    EMBER_CUDA_TRY(launch_qweight_pack(f, src_type, stage, r0, nr, rows, cols, dst, stream_));
+    EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));  // staging and the host chunk are reused
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::set_weight_format(const std::string& name) {
+  if (name == "auto" || name == "bf16" || name.empty()) weight_format_ = -1;
+  else if (name == "int4") weight_format_ = static_cast<int>(QFormat::Int4);
+  else if (name == "fp8" || name == "fp8_e4m3") weight_format_ = static_cast<int>(QFormat::Fp8);
+  else return Status::errorf("unknown weight format '{}' (auto, bf16, int4, fp8)", name);
+  return Status::ok();
+}
+
 Result<Tensor> CudaBackend::prepare_weight(const Tensor& host) {
   flush();
   if (host.device == Device::CUDA) return host;
@@ -173,6 +208,24 @@ Result<Tensor> CudaBackend::prepare_weight(const Tensor& host) {
   if (host.n_cols() % dtype_block_size(host.dtype) != 0)
     return Status::errorf("cuda backend: rows of {} elements are not whole {} blocks", host.n_cols(),
                           dtype_name(host.dtype));
+  if (weight_format_ >= 0 && host.n_dims == 2 && host.n_cols() % 8 == 0 && host.n_rows() > 0) {
+    // Weight-only int4 / fp8: quantized on the GPU from the (host-dequantized) rows.
+    const auto f = static_cast<QFormat>(weight_format_);
+    const size_t bytes = qweight_bytes(f, host.n_rows(), host.n_cols());
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status::errorf("cuda backend: out of device memory for a {} weight of {} bytes",
+                            shape_string(host), bytes);
+    }
+    weights_.push_back(p);
+    EMBER_RETURN_IF_ERROR(upload_packed(host, f, p));
+    Tensor dst = host;
+    dst.device = Device::CUDA;
+    dst.dtype = f == QFormat::Int4 ? DType::Q4_0 : DType::FP8_E4M3;
+    dst.data = p;
+    return dst;
+  }
   // Matrices become BF16 (what the GEMV and cuBLASLt read); vectors (norms, biases) stay F32.
   Tensor dst = host;
   dst.device = Device::CUDA;
@@ -216,6 +269,12 @@ void CudaBackend::get_rows(const Tensor& table, const int32_t* ids, int n, Tenso
   }
   MetaRef r{ids, sizeof(int32_t) * static_cast<size_t>(n)};
   resolve({&r});
+  if (is_packed(table)) {
+    EMBER_CUDA_CHECK(launch_qweight_dequant(qformat_of(table.dtype), table.data, table.n_rows(), d,
+                                            static_cast<const int32_t*>(r.dev), 0, n, out.data,
+                                            /*out_bf16=*/false, /*pdl=*/true, stream_));
+    return;
+  }
   EMBER_CUDA_CHECK(launch_get_rows(table.data, table.dtype, static_cast<const int32_t*>(r.dev), n,
                                    d, out.as<float>(), stream_, /*pdl=*/true));
 }
@@ -261,6 +320,20 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
     return;
   }
+  if (is_packed(w)) {
+    if (n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data)) {
+      QGemvSeg seg;
+      seg.w = w.data;
+      seg.bias = b;
+      seg.out = out.as<float>();
+      seg.m = m;
+      EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(w.dtype), &seg, 1, x.as<float>(), static_cast<int>(n),
+                                          k, /*pdl=*/true, stream_));
+    } else {
+      matmul_packed_large(x, w, b, out);
+    }
+    return;
+  }
   if (w.dtype == DType::BF16 && n <= kGemvMaxBatch && gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
     EMBER_CUDA_CHECK(launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
                                       m, k, gemv_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
@@ -279,6 +352,50 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
                                 kLtWorkspaceBytes, stream_);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
   if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
+}
+
+// Packed weights, batches past the GEMV: FP8 through cuBLASLt's FP8 GEMM (x quantized per
+// row, both scales applied in an epilogue); int4 (or FP8 when cuBLASLt declines) dequantized
+// to BF16 a slab of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns.
+void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
+  const QFormat f = qformat_of(w.dtype);
+  const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
+  const int64_t k_pad = qweight_k_pad(f, k);
+  if (f == QFormat::Fp8 && fp8_lt_ok_ && m % 4 == 0) {
+    const size_t xq_bytes = (static_cast<size_t>(n * k_pad) + 255) / 256 * 256;
+    auto* xq = static_cast<uint8_t*>(scratch(xq_, xq_bytes + static_cast<size_t>(n) * sizeof(float)));
+    auto* x_scale = reinterpret_cast<float*>(xq + xq_bytes);
+    EMBER_CUDA_CHECK(launch_quantize_rows_fp8(x.as<float>(), n, k, k_pad, xq, x_scale, stream_));
+    const Status st = lt_->matmul(DType::FP8_E4M3, xq, w.data, out.as<float>(), n, m, k_pad, lt_ws_,
+                                  kLtWorkspaceBytes, stream_);
+    if (st.is_ok()) {
+      const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
+                                                           qweight_scales_offset(f, m, k));
+      EMBER_CUDA_CHECK(launch_scale_rows_cols(out.as<float>(), n, m, m, x_scale, w_scale, bias, stream_));
+      return;
+    }
+    EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM ({}); FP8 weights take dequantized BF16 GEMMs",
+                   st.message());
+    fp8_lt_ok_ = false;
+  }
+  static const size_t kSlabBytes = [] {  // EMBER_CUDA_DEQUANT_SLAB_MB: slab size (experiments)
+    const char* v = std::getenv("EMBER_CUDA_DEQUANT_SLAB_MB");
+    return (v ? std::max<size_t>(1, std::strtoull(v, nullptr, 10)) : 64) << 20;
+  }();
+  int64_t slab = std::max<int64_t>(16, static_cast<int64_t>(kSlabBytes / (static_cast<size_t>(k) * 2)) / 16 * 16);
+  slab = std::min(slab, (m + 15) / 16 * 16);
+  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+  auto* wb = scratch(qdeq_, static_cast<size_t>(slab * k) * 2);
+  EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
+  for (int64_t r0 = 0; r0 < m; r0 += slab) {
+    const int64_t nr = std::min(slab, m - r0);
+    EMBER_CUDA_CHECK(launch_qweight_dequant(f, w.data, m, k, nullptr, r0, nr, wb, /*out_bf16=*/true,
+                                            /*pdl=*/false, stream_));
+    const Status st = lt_->matmul(DType::BF16, xb, wb, out.as<float>() + r0, n, nr, k, lt_ws_,
+                                  kLtWorkspaceBytes, stream_, k, k, m);
+    EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
+  }
+  if (bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), bias, n, m, stream_));
 }
 
 void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p) {
@@ -456,8 +573,16 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   EMBER_CHECK(gate.numel() == up.numel() && out.numel() == gate.numel(), "glu: shapes differ");
   const GemvSeg& g = pg_.segs[0];
   const GemvSeg& u = pg_.segs[1];
+  if (pg_.count == 2 && pg_.wtype != DType::BF16 && g.out == gate.data && u.out == up.data && g.m == u.m &&
+      !g.bias && !u.bias && gate.numel() == pg_.n * g.m && out.data != up.data) {
+    // Packed gate and up GEMVs just before: one launch with the GLU in its epilogue.
+    pg_.count = 0;
+    EMBER_CUDA_CHECK(launch_qgemv_glu(qformat_of(pg_.wtype), g.w, u.w, pg_.x, pg_.n, g.m, pg_.k, gelu_tanh,
+                                      out.as<float>(), g.out, u.out, /*pdl=*/true, stream_));
+    return;
+  }
   const int variant = gemv_pick_variant(pg_.n, pg_.k);
-  if (pg_.count == 2 && g.out == gate.data && u.out == up.data && g.m == u.m && !g.bias && !u.bias &&
+  if (pg_.count == 2 && pg_.wtype == DType::BF16 && g.out == gate.data && u.out == up.data && g.m == u.m && !g.bias && !u.bias &&
       gate.numel() == pg_.n * g.m && out.data != up.data && (variant == 0 || variant == 1 || variant == 5)) {
     // The gate and up GEMVs just before: one launch with the GLU in its epilogue.
     pg_.count = 0;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ember {
@@ -61,6 +62,11 @@ class CudaStep {
   virtual size_t num_graphs() const = 0;
 
   virtual Result<GpuMemoryInfo> memory_info() = 0;
+
+  // How prepare_weight stores the matrices it prepares from now on: "bf16" (or "auto", the
+  // default), "int4" (weight-only int4, group 128, bf16 scales, round-to-nearest at load) or
+  // "fp8" (e4m3, one f32 scale per output row). Vectors stay F32; see qgemv.cuh.
+  virtual Status set_weight_format(const std::string& name) = 0;
 };
 
 CudaStep* cuda_step(Backend& backend);

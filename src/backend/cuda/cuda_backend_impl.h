@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/qgemv.cuh"
 
 #include <cuda_runtime.h>
 
@@ -65,6 +66,7 @@ class CudaBackend final : public Backend, public CudaStep {
   void drop_graphs() override;
   size_t num_graphs() const override { return graphs_.size(); }
   Result<GpuMemoryInfo> memory_info() override;
+  Status set_weight_format(const std::string& name) override;
 
  private:
   CudaBackend() = default;
@@ -96,6 +98,7 @@ class CudaBackend final : public Backend, public CudaStep {
   bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
   struct PendingGemv {
     int count = 0;
+    DType wtype = DType::BF16;  // BF16, or a packed format (Q4_0 = int4, FP8_E4M3)
     const float* x = nullptr;
     int n = 0;
     int64_t k = 0;
@@ -126,6 +129,13 @@ class CudaBackend final : public Backend, public CudaStep {
   };
 
   Status upload_converted(const Tensor& host, Tensor& dst);
+  Status upload_packed(const Tensor& host, QFormat f, void* dst);
+  // Packed int4 / fp8 weights (labelled Q4_0 / FP8_E4M3 on the device).
+  static bool is_packed(const Tensor& w) {
+    return w.device == Device::CUDA && (w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3);
+  }
+  static QFormat qformat_of(DType t) { return t == DType::Q4_0 ? QFormat::Int4 : QFormat::Fp8; }
+  void matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
 
   int device_ = 0;
   int num_sms_ = 0;
@@ -133,7 +143,9 @@ class CudaBackend final : public Backend, public CudaStep {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LtGemm> lt_;
   void* lt_ws_ = nullptr;
-  Scratch meta_, xconv_, attn_ws_, staging_, step_dev_;
+  Scratch meta_, xconv_, attn_ws_, staging_, step_dev_, qdeq_, xq_;
+  int weight_format_ = -1;  // -1 BF16, else a QFormat
+  bool fp8_lt_ok_ = true;   // cuBLASLt took the FP8 GEMM (else dequantized BF16 GEMMs)
   std::vector<void*> weights_;  // device copies made by prepare_weight
   int32_t* iota_ = nullptr;     // [kIotaSize] 0, 1, 2, ... (sequence-id lists of whole batches)
   static constexpr int kIotaSize = 1 << 16;

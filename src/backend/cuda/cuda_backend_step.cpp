@@ -106,12 +106,16 @@ bool CudaBackend::on_device(const void* p) {
 bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
   if (!fuse_) return false;
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
-  if (w.dtype != DType::BF16 || n > kGemvMaxBatch || !gemv_supported(static_cast<int>(n), k, x.data, w.data))
+  if (is_packed(w)) {
+    if (n > kQGemvMaxBatch || !qgemv_supported(static_cast<int>(n), k, x.data)) return false;
+  } else if (w.dtype != DType::BF16 || n > kGemvMaxBatch || !gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
     return false;
+  }
   const size_t x_bytes = static_cast<size_t>(n * k) * sizeof(float);
   const size_t out_bytes = static_cast<size_t>(n * m) * sizeof(float);
   if (overlaps(out.data, out_bytes, x.data, x_bytes)) return false;
-  bool join = pg_.count > 0 && pg_.count < kGemvMaxSegs && pg_.x == x.as<float>() && pg_.n == n && pg_.k == k;
+  bool join = pg_.count > 0 && pg_.count < kGemvMaxSegs && pg_.x == x.as<float>() && pg_.n == n && pg_.k == k &&
+              pg_.wtype == w.dtype;
   for (int s = 0; join && s < pg_.count; ++s) {
     const size_t b = static_cast<size_t>(n * pg_.segs[s].m) * sizeof(float);
     if (overlaps(out.data, out_bytes, pg_.segs[s].out, b)) join = false;
@@ -121,6 +125,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
     pg_.x = x.as<float>();
     pg_.n = static_cast<int>(n);
     pg_.k = k;
+    pg_.wtype = w.dtype;
   }
   GemvSeg& seg = pg_.segs[pg_.count++];
   seg.w = w.data;
@@ -134,8 +139,14 @@ void CudaBackend::flush() {
   if (pg_.count > 0) {
     const int count = pg_.count;
     pg_.count = 0;
+    if (pg_.wtype != DType::BF16) {
+      QGemvSeg q[kQGemvMaxSegs];
+      for (int s = 0; s < count; ++s) q[s] = QGemvSeg{pg_.segs[s].w, pg_.segs[s].bias, pg_.segs[s].out, pg_.segs[s].m};
+      EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.x, pg_.n, pg_.k, /*pdl=*/true, stream_));
+    } else {
     EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
                                             gemv_variant(pg_.n, pg_.k), /*pdl=*/true, stream_));
+    }
   }
   if (pa_.active) {
     pa_.active = false;

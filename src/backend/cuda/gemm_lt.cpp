@@ -33,12 +33,13 @@ void LtGemm::destroy(Plan& p) {
   p = Plan{};
 }
 
-Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes) {
-  const Key key{static_cast<int>(type), n, m, k, ws_bytes};
+Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes,
+                                   int64_t ldw, int64_t ldx, int64_t ldo) {
+  const Key key{static_cast<int>(type), n, m, k, ws_bytes, ldw, ldx, ldo};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
   // Column-major view of the row-major problem: D [m, n] = op(A) [m, k] * B [k, n], where
   // A is w stored as [k, m] (ld k) and transposed, B is x stored as [k, n] (ld k).
-  const cudaDataType_t in = type == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t in = type == DType::BF16 ? CUDA_R_16BF : type == DType::FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
   Plan p;
   auto fail = [&](Status s) {
     destroy(p);
@@ -49,9 +50,9 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p.a, in, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p.b, in, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), m));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p.a, in, static_cast<uint64_t>(k), static_cast<uint64_t>(m), ldw));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p.b, in, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldx));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), ldo));
     cublasLtMatmulPreference_t pref = nullptr;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
@@ -73,11 +74,13 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
 }
 
 Status LtGemm::matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
-                      int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream) {
-  if (type != DType::BF16 && type != DType::F32)
+                      int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw,
+                      int64_t ldx, int64_t ldo) {
+  if (type != DType::BF16 && type != DType::F32 && type != DType::FP8_E4M3)
     return Status::errorf("cuBLASLt GEMM: unsupported dtype {}", dtype_name(type));
   if (n == 0 || m == 0) return Status::ok();
-  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(type, n, m, k, ws_bytes));
+  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(type, n, m, k, ws_bytes, ldw > 0 ? ldw : k, ldx > 0 ? ldx : k,
+                                        ldo > 0 ? ldo : m));
   const float alpha = 1.0f, beta = 0.0f;
   LT_TRY(cublasLtMatmul(handle_, p->op, &alpha, w, p->a, x, p->b, &beta, out, p->d, out, p->d,
                         &p->algo, workspace, ws_bytes, stream));

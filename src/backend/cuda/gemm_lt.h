@@ -22,9 +22,12 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // type: BF16 or F32 (the dtype of both x and w). workspace: device scratch of ws_bytes.
+  // type: BF16, F32 or FP8_E4M3 (the dtype of both x and w; FP8 products are unscaled).
+  // workspace: device scratch of ws_bytes. ldw / ldx: row strides of w / x in elements,
+  // ldo: of out (0: k, k, m).
   Status matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
-                int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream);
+                int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw = 0,
+                int64_t ldx = 0, int64_t ldo = 0);
 
  private:
   struct Plan {
@@ -32,9 +35,10 @@ class LtGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, size_t>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, size_t, int64_t, int64_t, int64_t>;
   LtGemm() = default;
-  Result<Plan*> plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes);
+  Result<Plan*> plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes, int64_t ldw,
+                     int64_t ldx, int64_t ldo);
   static void destroy(Plan& p);
 
   cublasLtHandle_t handle_ = nullptr;

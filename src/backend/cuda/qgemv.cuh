@@ -1,0 +1,97 @@
+#pragma once
+// Weight-only quantized matrices on the GPU (int4 with group-128 scales, FP8 e4m3 with one
+// scale per output row): the packed layout, the load-time quantizers, dequantization (for
+// get_rows and the large-batch GEMM fallback) and the tensor-core GEMV for batches of 1-8.
+//
+// Layout of a packed [m, k] matrix (one allocation, plain C++ so host code can size it):
+//   rows of k_pad elements (k rounded up to the format's unit, padded with zero weights):
+//     int4: k_pad / 2 bytes a row. Within each 16-byte slice (32 elements) the u32 word i holds
+//           elements 8i..8i+7 as nibbles: element 8i + 2p at bit 4p, 8i + 2p + 1 at bit 16 + 4p
+//           (p = 0..3), stored as q + 8 with q in [-8, 7]; the value is q * scale.
+//     fp8:  k_pad bytes a row, plain e4m3 (cuBLASLt reads them as they are).
+//   then, at a 256-byte aligned offset, the scales:
+//     int4: bf16 [k_pad / 128][m] (group-major: the 16 rows of a GEMV tile share a sector);
+//     fp8:  f32 [m].
+// The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) with their logical shape
+// [m, k]; their bytes are this layout, not GGML's.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cuda {
+
+#ifdef __CUDACC__
+#define EMBER_QHD __host__ __device__
+#else
+#define EMBER_QHD
+#endif
+
+enum class QFormat : int { Int4 = 0, Fp8 = 1 };
+
+constexpr int kQGroup = 128;       // int4 group size (elements sharing one scale)
+constexpr int kQGemvMaxBatch = 8;  // rows of x the tensor-core GEMV takes (one n8 mma tile)
+
+// Elements a row is padded to: a GEMV warp step covers 128 (int4) / 64 (fp8) elements.
+EMBER_QHD inline int64_t qformat_unit(QFormat f) { return f == QFormat::Int4 ? 128 : 64; }
+EMBER_QHD inline int64_t qweight_k_pad(QFormat f, int64_t k) {
+  const int64_t u = qformat_unit(f);
+  return (k + u - 1) / u * u;
+}
+EMBER_QHD inline size_t qweight_row_bytes(QFormat f, int64_t k) {
+  return static_cast<size_t>(f == QFormat::Int4 ? qweight_k_pad(f, k) / 2 : qweight_k_pad(f, k));
+}
+EMBER_QHD inline size_t qweight_scales_offset(QFormat f, int64_t m, int64_t k) {
+  return (qweight_row_bytes(f, k) * static_cast<size_t>(m) + 255) / 256 * 256;
+}
+EMBER_QHD inline size_t qweight_scales_bytes(QFormat f, int64_t m, int64_t k) {
+  return f == QFormat::Int4 ? static_cast<size_t>(qweight_k_pad(f, k) / kQGroup * m) * 2
+                            : static_cast<size_t>(m) * 4;
+}
+EMBER_QHD inline size_t qweight_bytes(QFormat f, int64_t m, int64_t k) {
+  return qweight_scales_offset(f, m, k) + qweight_scales_bytes(f, m, k);
+}
+
+// Quantizes rows [r0, r0 + nr) of a matrix [m, k] from src (those rows, dense, F32 / F16 /
+// BF16 given by src_type: 0 F32, 1 F16, 2 BF16) into the packed matrix at dst (round to
+// nearest; int4: scale = the group's value of largest magnitude / -8, rounded to bf16 first;
+// fp8: scale = max |row| / 448).
+cudaError_t launch_qweight_pack(QFormat f, int src_type, const void* src, int64_t r0, int64_t nr,
+                                int64_t m, int64_t k, void* dst, cudaStream_t stream);
+
+// Dequantizes rows of a packed matrix into dense rows of k elements: row i of out is packed
+// row ids[i] (ids on the device), or r0 + i when ids is null. out_bf16: BF16 out, else F32.
+cudaError_t launch_qweight_dequant(QFormat f, const void* w, int64_t m, int64_t k, const int32_t* ids,
+                                   int64_t r0, int64_t n_rows, void* out, bool out_bf16, bool pdl,
+                                   cudaStream_t stream);
+
+// x [n, k] F32 -> e4m3 [n, k_pad] (zero padded) with one scale per row (max |x| / 448) in
+// x_scale [n] (for the cuBLASLt FP8 GEMM of large batches).
+cudaError_t launch_quantize_rows_fp8(const float* x, int64_t n, int64_t k, int64_t k_pad, void* xq,
+                                     float* x_scale, cudaStream_t stream);
+// out[j, r] = out[j, r] * x_scale[j] * w_scale[r] (+ bias[r]); out [n, ld], columns [0, m).
+cudaError_t launch_scale_rows_cols(float* out, int64_t n, int64_t m, int64_t ld, const float* x_scale,
+                                   const float* w_scale, const float* bias, cudaStream_t stream);
+
+// One packed matrix of a multi-matrix GEMV: out [n, m] = x @ w^T (+ bias).
+struct QGemvSeg {
+  const void* w = nullptr;  // packed [m, k]
+  const float* bias = nullptr;
+  float* out = nullptr;
+  int64_t m = 0;
+};
+constexpr int kQGemvMaxSegs = 4;
+
+// True when the GEMV takes this problem: 1 <= n <= kQGemvMaxBatch, k % 8 == 0, x 16-byte aligned.
+bool qgemv_supported(int n, int64_t k, const void* x);
+
+// Up to kQGemvMaxSegs packed matrices of one format sharing x [n, k] F32, one launch.
+cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
+                               int64_t k, bool pdl, cudaStream_t stream);
+// out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
+// (may be null) also get the plain products; out may equal gate_out.
+cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
+                             int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
+                             float* up_out, bool pdl, cudaStream_t stream);
+
+}  // namespace ember::cuda
