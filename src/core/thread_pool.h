@@ -6,7 +6,7 @@
 // core) the caller runs that worker's share itself instead of waiting out a time slice.
 // Workers spin briefly before sleeping so back-to-back kernels do not pay a wake-up each.
 //
-// A task may wait at a barrier for the other tasks of the same run (SpinBarrier): a thread
+// A task may wait at a barrier for the other tasks of the same run: a thread
 // claims its next task only after the previous one returned, so the nth tasks of such a run
 // always end up on nth different threads.
 #include <atomic>

@@ -8,7 +8,6 @@
 // prompt see more keys than early ones, so a static split would leave threads idle.
 #include "backend/cpu/context.h"
 #include "backend/cpu/kv_cache_format.h"
-#include "backend/cpu/spin_barrier.h"
 
 #include <algorithm>
 #include <atomic>
@@ -264,9 +263,8 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
   };
 
   std::atomic<size_t> next{0};
-  SpinBarrier barrier(nth);
   float* pout = out.as<float>();
-  auto body = [&](int ith, int n_run) {
+  auto compute = [&](int ith, int) {
     UnitScratch sc = UnitScratch::carve(ctx.thread_scratch[static_cast<size_t>(ith)].ensure(scratch_bytes), max_rows,
                                         g.head_dim);
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < items.size();
@@ -274,40 +272,46 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
       const Partial part = items[i].partial >= 0 ? partial_at(items[i].partial) : Partial{};
       run_unit(ctx.kt, items[i], q, kv, batch, p, g, sc, pout, items[i].partial >= 0 ? &part : nullptr);
     }
-    if (n_partials == 0) return;
-    if (n_run > 1) barrier.arrive_and_wait();
-    // Merge the parts of every split unit: O = sum_s e^(m_s - M) O_s / sum_s e^(m_s - M) l_s.
-    const Range ur = split_range(static_cast<int64_t>(units.size()), ith, n_run);
-    for (int64_t ui = ur.begin; ui < ur.end; ++ui) {
-      const Unit& u0 = items[first_item[static_cast<size_t>(ui)]];
-      if (u0.n_splits == 1) continue;
-      const int rows = (u0.j1 - u0.j0) * g.group;
-      const int32_t q_first = batch.query_start[u0.seq];
-      for (int r = 0; r < rows; ++r) {
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int sp = 0; sp < u0.n_splits; ++sp) mx = std::max(mx, partial_at(u0.partial + sp).m[r]);
-        const int64_t tok = q_first + u0.j0 + r / g.group;
-        const int h = u0.kv_head * g.group + r % g.group;
-        float* dst = pout + tok * per_token + static_cast<int64_t>(h) * g.head_dim;
-        std::fill(dst, dst + g.head_dim, 0.0f);
-        float l = 0.0f;
-        for (int sp = 0; sp < u0.n_splits; ++sp) {
-          const Partial pt = partial_at(u0.partial + sp);
-          if (pt.m[r] == -std::numeric_limits<float>::infinity()) continue;  // saw no keys
-          const float w = std::exp(pt.m[r] - mx);
-          l += w * pt.l[r];
-          ctx.kt.scale_axpy_f32(dst, 1.0f, w, pt.o + static_cast<size_t>(r) * g.head_dim, g.head_dim);
-        }
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int i = 0; i < g.head_dim; ++i) dst[i] *= inv;
+  };
+  // Merge the parts of a split unit: O = sum_s e^(m_s - M) O_s / sum_s e^(m_s - M) l_s.
+  auto merge_unit = [&](size_t ui) {
+    const Unit& u0 = items[first_item[ui]];
+    if (u0.n_splits == 1) return;
+    const int rows = (u0.j1 - u0.j0) * g.group;
+    const int32_t q_first = batch.query_start[u0.seq];
+    for (int r = 0; r < rows; ++r) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int sp = 0; sp < u0.n_splits; ++sp) mx = std::max(mx, partial_at(u0.partial + sp).m[r]);
+      const int64_t tok = q_first + u0.j0 + r / g.group;
+      const int h = u0.kv_head * g.group + r % g.group;
+      float* dst = pout + tok * per_token + static_cast<int64_t>(h) * g.head_dim;
+      std::fill(dst, dst + g.head_dim, 0.0f);
+      float l = 0.0f;
+      for (int sp = 0; sp < u0.n_splits; ++sp) {
+        const Partial pt = partial_at(u0.partial + sp);
+        if (pt.m[r] == -std::numeric_limits<float>::infinity()) continue;  // saw no keys
+        const float w = std::exp(pt.m[r] - mx);
+        l += w * pt.l[r];
+        ctx.kt.scale_axpy_f32(dst, 1.0f, w, pt.o + static_cast<size_t>(r) * g.head_dim, g.head_dim);
       }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int i = 0; i < g.head_dim; ++i) dst[i] *= inv;
     }
   };
   if (nth == 1 || items.size() == 1) {
-    body(0, 1);
+    compute(0, 1);
   } else {
-    ctx.pool.run(body);
+    ctx.pool.run(compute);
   }
+  if (n_partials == 0) return;
+  // A second run rather than a barrier inside the first: a descheduled thread then delays
+  // nobody (the others claim its units).
+  std::atomic<size_t> next_unit{0};
+  ctx.pool.run([&](int, int) {
+    for (size_t ui = next_unit.fetch_add(1, std::memory_order_relaxed); ui < units.size();
+         ui = next_unit.fetch_add(1, std::memory_order_relaxed))
+      merge_unit(ui);
+  });
 }
 
 }  // namespace ember::cpu

@@ -2,14 +2,12 @@
 // into panels of 16 rows; every weight row is decoded once into int8 + per-group scales;
 // the ISA's micro-kernel then multiplies panels by decoded columns (see kernels.h).
 //
-// One pool run with two phases: threads first quantize and build disjoint panels, meet at a
-// barrier inside the run, then each computes its own range of output columns over all
-// panels, decoding each of its weight rows exactly once.
+// Two pool runs: panels are built (activation rows quantized and interleaved), then output
+// columns are computed in chunks over all panels, each weight row decoded exactly once.
 #include "backend/cpu/context.h"
 #include "backend/cpu/matmul_gemm.h"
-#include "backend/cpu/spin_barrier.h"
-
 #include <algorithm>
+#include <atomic>
 
 namespace ember::cpu {
 
@@ -87,21 +85,25 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
   for (auto& s : ctx.thread_scratch) s.ensure(col_bytes * kColChunk);
   const QuantizeActFn quantize = act == ActFormat::Q8_K ? ctx.kt.quantize_q8_k : ctx.kt.quantize_q8_32;
 
-  SpinBarrier barrier(ctx.pool.size());
-  ctx.pool.run([&](int ith, int nth) {
-    // Phase 1: this thread's panels.
-    const Range pr = split_range(n_panels, ith, nth);
-    for (int64_t p = pr.begin; p < pr.end; ++p) {
+  // Two runs, work handed out through counters: the end of a run is the barrier between
+  // the phases, and a thread that is descheduled (a busy machine) just takes fewer items
+  // instead of holding everyone at an in-run barrier.
+  std::atomic<int64_t> next_panel{0};
+  ctx.pool.run([&](int, int) {
+    for (int64_t p = next_panel.fetch_add(1, std::memory_order_relaxed); p < n_panels;
+         p = next_panel.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t r0 = p * kGemmPanelRows, r1 = std::min(n, r0 + kGemmPanelRows);
       for (int64_t r = r0; r < r1; ++r) quantize(x + r * k, rows + static_cast<size_t>(r) * a_stride, k);
       build_panel(rows, a_stride, act, r0, n, k, gk.group, panel_at(panels, p, k, gk.group, gk.has_min));
     }
-    if (nth > 1) barrier.arrive_and_wait();
-    // Phase 2: this thread's output columns against every panel.
-    const Range cr = split_range(m, ith, nth, 16);
+  });
+  // Output columns in chunks of kColChunk against every panel; each weight row is decoded once.
+  std::atomic<int64_t> next_col{0};
+  ctx.pool.run([&](int ith, int) {
     uint8_t* cols = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(col_bytes * kColChunk);
-    for (int64_t c0 = cr.begin; c0 < cr.end; c0 += kColChunk) {
-      const int nc = static_cast<int>(std::min<int64_t>(kColChunk, cr.end - c0));
+    for (int64_t c0 = next_col.fetch_add(kColChunk, std::memory_order_relaxed); c0 < m;
+         c0 = next_col.fetch_add(kColChunk, std::memory_order_relaxed)) {
+      const int nc = static_cast<int>(std::min<int64_t>(kColChunk, m - c0));
       for (int c = 0; c < nc; ++c) gk.decode(w + static_cast<size_t>(c0 + c) * w_stride, k, cols + c * col_bytes);
       for (int64_t p = 0; p < n_panels; ++p) {
         const PanelBuffers pb = panel_at(panels, p, k, gk.group, gk.has_min);
