@@ -31,8 +31,10 @@ class GgufParser {
                             size_));
   }
   Status read_string(std::string_view* out, const std::string& what);
-  Status read_value(GgufType type, int depth, const std::string& key, nlohmann::json* out);
-  Status read_array(int depth, const std::string& key, nlohmann::json* out);
+  Status read_value(GgufType type, int depth, const std::string& key, nlohmann::json* out,
+                    GgufValueType* out_type);
+  Status read_array(int depth, const std::string& key, nlohmann::json* out,
+                    GgufValueType* out_type);
   Status read_metadata(uint64_t n_kv, GgufFile* f);
   Status read_tensor_info(GgufTensorInfo* t);
   Status apply_alignment(GgufFile* f);
@@ -63,7 +65,8 @@ Status read_scalar(ByteReader& r, nlohmann::json* out) {
 }
 
 Status GgufParser::read_value(GgufType type, int depth, const std::string& key,
-                              nlohmann::json* out) {
+                              nlohmann::json* out, GgufValueType* out_type) {
+  out_type->type = type;
   Status st;
   switch (type) {
     case GgufType::UINT8: st = read_scalar<uint8_t>(r_, out); break;
@@ -89,7 +92,7 @@ Status GgufParser::read_value(GgufType type, int depth, const std::string& key,
       *out = std::string(s);
       return Status::ok();
     }
-    case GgufType::ARRAY: return read_array(depth + 1, key, out);
+    case GgufType::ARRAY: return read_array(depth + 1, key, out, out_type);
     default:
       return fail(fmt::format("key '{}': unknown value type {}", key,
                               static_cast<uint32_t>(type)));
@@ -121,7 +124,8 @@ void read_numbers(ByteReader& r, uint64_t n, nlohmann::json::array_t* arr) {
   }
 }
 
-Status GgufParser::read_array(int depth, const std::string& key, nlohmann::json* out) {
+Status GgufParser::read_array(int depth, const std::string& key, nlohmann::json* out,
+                              GgufValueType* out_type) {
   if (depth > kMaxArrayDepth) {
     return fail(fmt::format("key '{}': arrays nested deeper than {}", key, kMaxArrayDepth));
   }
@@ -134,6 +138,7 @@ Status GgufParser::read_array(int depth, const std::string& key, nlohmann::json*
     return fail(fmt::format("key '{}': unknown array element type {}", key, raw_type));
   }
   const auto type = static_cast<GgufType>(raw_type);
+  out_type->elem = type;
   if (n > r_.remaining() / min_element_bytes(type)) {
     return fail(fmt::format("key '{}': array of {} elements at offset {} exceeds file size {}",
                             key, n, r_.pos(), size_));
@@ -155,8 +160,10 @@ Status GgufParser::read_array(int depth, const std::string& key, nlohmann::json*
     default:
       for (uint64_t i = 0; i < n; ++i) {
         nlohmann::json v;
-        EMBER_RETURN_IF_ERROR(read_value(type, depth, key, &v));
+        GgufValueType vt;
+        EMBER_RETURN_IF_ERROR(read_value(type, depth, key, &v, &vt));
         arr.push_back(std::move(v));
+        if (type == GgufType::ARRAY) out_type->items.push_back(std::move(vt));
       }
       return Status::ok();
   }
@@ -172,7 +179,10 @@ Status GgufParser::read_metadata(uint64_t n_kv, GgufFile* f) {
     if (!r_.read(&type)) return truncated(fmt::format("type of key '{}'", key));
     if (f->metadata.contains(key)) return fail(fmt::format("duplicate metadata key '{}'", key));
     nlohmann::json value;
-    EMBER_RETURN_IF_ERROR(read_value(static_cast<GgufType>(type), 0, key, &value));
+    GgufValueType value_type;
+    EMBER_RETURN_IF_ERROR(read_value(static_cast<GgufType>(type), 0, key, &value, &value_type));
+    f->metadata_keys.push_back(key);
+    f->metadata_types.emplace(key, std::move(value_type));
     f->metadata.emplace(std::move(key), std::move(value));
   }
   return Status::ok();
