@@ -17,5 +17,6 @@ CommandFn register_detokenize(CLI::App& app);
 CommandFn register_perplexity(CLI::App& app);
 CommandFn register_bench(CLI::App& app);
 CommandFn register_serve(CLI::App& app);
+CommandFn register_quantize(CLI::App& app);
 
 }  // namespace ember

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(ember::register_perplexity(app));
   add(ember::register_bench(app));
   add(ember::register_serve(app));
+  add(ember::register_quantize(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
