@@ -1,7 +1,10 @@
-// Simple round-to-nearest quantizers for the k-quant weight formats (Q4_K, Q5_K, Q6_K).
-// Not GGML's iterative search: min-max scales per sub-block, then 6-bit (8-bit for Q6_K)
-// super-block quantization of those scales, then every element rounded against the scale it
-// will actually be decoded with. Good enough for tests and `ember quantize` fixtures.
+// Quantizers for the k-quant weight formats (Q4_K, Q5_K, Q6_K). Each sub-block's scale (and
+// min) is fitted by a small search: several candidate scales around the min-max one each give
+// a rounding, the weighted least-squares scale/min for that rounding is solved in closed form,
+// and the candidate with the lowest weighted error wins (weights favour large elements, which
+// dominate a matmul's error). The sub-block scales are then quantized to 6 bits (8 for Q6_K)
+// against the super-block scale, and every element is rounded against the scale it will
+// actually be decoded with.
 #include "quant/blocks.h"
 #include "quant/dequantize_impl.h"
 
@@ -22,6 +25,71 @@ int quantize_clamped(float v, float scale, int lo, int hi) {
   return std::clamp(nearest_int(v / scale), lo, hi);
 }
 
+// Importance of each element of a sub-block: its square plus the sub-block's mean square, so
+// small elements still count.
+void element_weights(const float* x, int n, float* w) {
+  float ms = 0.0f;
+  for (int l = 0; l < n; ++l) ms += x[l] * x[l];
+  ms /= static_cast<float>(n);
+  for (int l = 0; l < n; ++l) w[l] = x[l] * x[l] + ms;
+}
+
+// Fits x ~= scale * q + mn with q in 0..n_levels-1 and mn <= 0 for one sub-block of n elements.
+void fit_asym(const float* x, const float* w, int n, int n_levels, float* scale_out, float* mn_out) {
+  float lo = 0.0f, hi = x[0];
+  for (int l = 0; l < n; ++l) {
+    lo = std::min(lo, x[l]);
+    hi = std::max(hi, x[l]);
+  }
+  const int nmax = n_levels - 1;
+  float best_scale = (hi - lo) / static_cast<float>(nmax), best_mn = lo;
+  if (hi <= lo) {
+    *scale_out = 0.0f;
+    *mn_out = lo;
+    return;
+  }
+  auto error_of = [&](float sc, float mn) {
+    float e = 0.0f;
+    for (int l = 0; l < n; ++l) {
+      const int q = sc > 0.0f ? std::clamp(nearest_int((x[l] - mn) / sc), 0, nmax) : 0;
+      const float d = sc * static_cast<float>(q) + mn - x[l];
+      e += w[l] * d * d;
+    }
+    return e;
+  };
+  float best_err = error_of(best_scale, best_mn);
+  constexpr int kSteps = 24;
+  for (int step = 0; step <= kSteps; ++step) {
+    const float iscale = (static_cast<float>(nmax) - 1.0f + 0.1f * static_cast<float>(step)) / (hi - lo);
+    float sw = 0, swq = 0, swq2 = 0, swx = 0, swqx = 0;
+    for (int l = 0; l < n; ++l) {
+      const float q = static_cast<float>(std::clamp(nearest_int(iscale * (x[l] - lo)), 0, nmax));
+      sw += w[l];
+      swq += w[l] * q;
+      swq2 += w[l] * q * q;
+      swx += w[l] * x[l];
+      swqx += w[l] * q * x[l];
+    }
+    const float det = sw * swq2 - swq * swq;
+    if (det <= 0.0f) continue;
+    float sc = (sw * swqx - swx * swq) / det;
+    float mn = (swq2 * swx - swq * swqx) / det;
+    if (mn > 0.0f) {  // the format's offset only subtracts
+      mn = 0.0f;
+      sc = swq2 > 0.0f ? swqx / swq2 : 0.0f;
+    }
+    if (sc <= 0.0f) continue;
+    const float e = error_of(sc, mn);
+    if (e < best_err) {
+      best_err = e;
+      best_scale = sc;
+      best_mn = mn;
+    }
+  }
+  *scale_out = best_scale;
+  *mn_out = best_mn;
+}
+
 // Asymmetric 256-element super-block with 8 sub-blocks of 32 and levels 0..n_levels-1:
 // x ~= d*sc[j]*q - dmin*m[j]. Writes q (one per element), packed 6-bit scales, d and dmin.
 void quantize_asym_superblock(const float* x, int n_levels, uint8_t* q, uint8_t* packed,
@@ -29,14 +97,10 @@ void quantize_asym_superblock(const float* x, int n_levels, uint8_t* q, uint8_t*
   float scale[8], min[8];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < 8; ++j) {
-    const float* xs = x + 32 * j;
-    float lo = 0.0f, hi = xs[0];  // lo <= 0: the min is stored as a non-negative offset
-    for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, xs[l]);
-      hi = std::max(hi, xs[l]);
-    }
-    scale[j] = (hi - lo) / static_cast<float>(n_levels - 1);
-    min[j] = -lo;
+    float w[32], mn = 0.0f;
+    element_weights(x + 32 * j, 32, w);
+    fit_asym(x + 32 * j, w, 32, n_levels, &scale[j], &mn);
+    min[j] = -mn;
     max_scale = std::max(max_scale, scale[j]);
     max_min = std::max(max_min, min[j]);
   }
@@ -46,12 +110,8 @@ void quantize_asym_superblock(const float* x, int n_levels, uint8_t* q, uint8_t*
   uint8_t sc[8], m[8];
   for (int j = 0; j < 8; ++j) {
     m[j] = static_cast<uint8_t>(quantize_clamped(min[j], dmin, 0, 63));
+    sc[j] = static_cast<uint8_t>(quantize_clamped(scale[j], d, 0, 63));
     const float offset = dmin * m[j];
-    // Re-fit the scale to the range left after the quantized min.
-    float hi = 0.0f;
-    for (int l = 0; l < 32; ++l) hi = std::max(hi, x[32 * j + l] + offset);
-    const float wanted = hi / static_cast<float>(n_levels - 1);
-    sc[j] = static_cast<uint8_t>(quantize_clamped(wanted, d, 0, 63));
     const float ds = d * sc[j];
     for (int l = 0; l < 32; ++l) {
       q[32 * j + l] =
@@ -69,6 +129,46 @@ void quantize_asym_superblock(const float* x, int n_levels, uint8_t* q, uint8_t*
       packed[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
     }
   }
+}
+
+// Fits x ~= scale * q with q in -32..31 for one sub-block of 16 (Q6_K); scale may be negative
+// so that the largest magnitude can use level -32.
+float fit_sym6(const float* x, const float* w) {
+  float amax = 0.0f, max = 0.0f;
+  for (int l = 0; l < 16; ++l) {
+    if (amax < std::fabs(x[l])) {
+      amax = std::fabs(x[l]);
+      max = x[l];
+    }
+  }
+  if (amax == 0.0f) return 0.0f;
+  float best = max / -32.0f, best_err = 0.0f;
+  auto error_of = [&](float sc) {
+    float e = 0.0f;
+    for (int l = 0; l < 16; ++l) {
+      const float d = sc * static_cast<float>(quantize_clamped(x[l], sc, -32, 31)) - x[l];
+      e += w[l] * d * d;
+    }
+    return e;
+  };
+  best_err = error_of(best);
+  for (int step = -9; step <= 9; ++step) {
+    const float iscale = -(32.0f + 0.1f * static_cast<float>(step)) / max;
+    float swqx = 0, swq2 = 0;
+    for (int l = 0; l < 16; ++l) {
+      const float q = static_cast<float>(std::clamp(nearest_int(iscale * x[l]), -32, 31));
+      swqx += w[l] * q * x[l];
+      swq2 += w[l] * q * q;
+    }
+    if (swq2 <= 0.0f) continue;
+    const float sc = swqx / swq2;
+    const float e = error_of(sc);
+    if (e < best_err) {
+      best_err = e;
+      best = sc;
+    }
+  }
+  return best;
 }
 }  // namespace
 
@@ -104,19 +204,13 @@ void quantize_q5_k(const float* x, void* dst, int64_t n) {
 void quantize_q6_k(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ6_K*>(dst);
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    // Symmetric sub-blocks of 16: the largest magnitude maps to -32 (the one level whose
-    // negation does not fit), as GGML's Q6_K does.
+    // Symmetric sub-blocks of 16, fitted as above; the largest magnitude may use level -32.
     float scale[16];
     float max_abs_scale = 0.0f;
     for (int j = 0; j < 16; ++j) {
-      float amax = 0.0f, max = 0.0f;
-      for (int l = 0; l < 16; ++l) {
-        if (amax < std::fabs(x[16 * j + l])) {
-          amax = std::fabs(x[16 * j + l]);
-          max = x[16 * j + l];
-        }
-      }
-      scale[j] = max / -32.0f;
+      float w[16];
+      element_weights(x + 16 * j, 16, w);
+      scale[j] = fit_sym6(x + 16 * j, w);
       max_abs_scale = std::max(max_abs_scale, std::fabs(scale[j]));
     }
     y[i].d = f32_to_f16(max_abs_scale / 127.0f);
