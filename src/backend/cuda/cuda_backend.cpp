@@ -106,6 +106,8 @@ CudaBackend::~CudaBackend() {
   for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_})
     if (s->p) cudaFree(s->p);
   if (iota_) cudaFree(iota_);
+  if (argmax_dev_) cudaFree(argmax_dev_);
+  if (argmax_host_) cudaFreeHost(argmax_host_);
   if (meta_host_) cudaFreeHost(meta_host_);
   if (meta_event_) cudaEventDestroy(meta_event_);
   if (lt_ws_) cudaFree(lt_ws_);

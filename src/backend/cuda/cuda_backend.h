@@ -67,6 +67,12 @@ class CudaStep {
   // default), "int4" (weight-only int4, group 128, bf16 scales, round-to-nearest at load) or
   // "fp8" (e4m3, one f32 scale per output row). Vectors stay F32; see qgemv.cuh.
   virtual Status set_weight_format(const std::string& name) = 0;
+
+  // Greedy tokens without downloading the logits: host_out[r] = the index of the largest
+  // value of row r of logits ([n, vocab] F32 in device memory, queued work included; NaN never
+  // wins, the lowest index wins ties, a row without a value above -inf gives 0; see
+  // sample.cuh). Downloads n ints and waits for the stream.
+  virtual Status argmax_rows(const Tensor& logits, int32_t* host_out) = 0;
 };
 
 CudaStep* cuda_step(Backend& backend);

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend, public CudaStep {
   size_t num_graphs() const override { return graphs_.size(); }
   Result<GpuMemoryInfo> memory_info() override;
   Status set_weight_format(const std::string& name) override;
+  Status argmax_rows(const Tensor& logits, int32_t* host_out) override;
 
  private:
   CudaBackend() = default;
@@ -163,6 +164,11 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   std::vector<StepArray> step_arrays_;
   int kv_bound_ = 0;
+
+  // argmax_rows: device results and their pinned host copy (grown on demand, never in graphs).
+  int32_t* argmax_dev_ = nullptr;
+  int32_t* argmax_host_ = nullptr;
+  int64_t argmax_cap_ = 0;
 
   // Graphs.
   struct Graph {

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/sample.cuh"
 #include "core/log.h"
 
 #include <algorithm>
@@ -256,6 +257,34 @@ Result<GpuMemoryInfo> CudaBackend::memory_info() {
   GpuMemoryInfo info;
   EMBER_CUDA_TRY(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
   return info;
+}
+
+Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
+  if (capturing_) return Status::error("argmax_rows during a graph capture");
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
+    return Status::errorf("argmax_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
+  const int64_t n = logits.n_rows(), vocab = logits.n_cols();
+  if (n == 0) return Status::ok();
+  flush();
+  if (n > argmax_cap_) {
+    EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    if (argmax_dev_) EMBER_CUDA_TRY(cudaFree(argmax_dev_));
+    if (argmax_host_) EMBER_CUDA_TRY(cudaFreeHost(argmax_host_));
+    argmax_dev_ = nullptr;
+    argmax_host_ = nullptr;
+    argmax_cap_ = 0;
+    const int64_t cap = std::max<int64_t>(n, 1024);
+    EMBER_CUDA_TRY(cudaMalloc(&argmax_dev_, static_cast<size_t>(cap) * sizeof(int32_t)));
+    EMBER_CUDA_TRY(cudaMallocHost(&argmax_host_, static_cast<size_t>(cap) * sizeof(int32_t)));
+    argmax_cap_ = cap;
+  }
+  EMBER_CUDA_TRY(launch_argmax_rows(static_cast<const float*>(logits.data), static_cast<int>(n), vocab,
+                                    argmax_dev_, stream_));
+  EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
+  std::memcpy(host_out, argmax_host_, static_cast<size_t>(n) * sizeof(int32_t));
+  return Status::ok();
 }
 
 }  // namespace ember::cuda

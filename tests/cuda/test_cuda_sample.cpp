@@ -1,0 +1,101 @@
+// Greedy sampling on the GPU (CudaStep::argmax_rows) against the host rule the Sampler applies:
+// NaN never wins, the first maximum wins, -inf is never picked, and a row without any value
+// above -inf gives token 0.
+#include "cuda_test_util.h"
+
+#include <limits>
+
+namespace ember::cuda_test {
+namespace {
+
+int32_t host_argmax(const float* row, int64_t vocab) {
+  int32_t best = -1;
+  float best_x = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < vocab; ++i)
+    if (row[i] > best_x) {  // NaN compares false
+      best_x = row[i];
+      best = static_cast<int32_t>(i);
+    }
+  return best < 0 ? 0 : best;
+}
+
+TEST(CudaSample, ArgmaxRowsMatchesHostRule) {
+  SKIP_WITHOUT_GPU();
+  CudaStep* step = cuda_step(*backend());
+  ASSERT_NE(step, nullptr);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t vocab : {int64_t{128256}, int64_t{1001}, int64_t{7}}) {
+    const int rows = vocab > 1000 ? 300 : 40;
+    std::mt19937 rng(static_cast<uint32_t>(vocab));
+    std::uniform_int_distribution<int64_t> pos(0, vocab - 1);
+    std::vector<float> x = random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab) + 1, -8.0f, 8.0f);
+    for (int r = 0; r < rows; ++r) {
+      float* row = x.data() + r * vocab;
+      switch (r % 9) {
+        case 0: break;  // plain random row
+        case 1: {       // the maximum twice: the lower index wins
+          const int64_t a = pos(rng), b = pos(rng);
+          row[a] = row[b] = 20.0f + static_cast<float>(r);
+          break;
+        }
+        case 2:  // NaN everywhere but one value, and NaN right before it
+          for (int64_t i = 0; i < vocab; ++i) row[i] = nan;
+          row[pos(rng)] = -3.0f;
+          break;
+        case 3:  // nothing above -inf: token 0
+          for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 3 == 0) ? nan : -inf;
+          break;
+        case 4:  // +inf twice
+          row[pos(rng)] = inf;
+          row[pos(rng)] = inf;
+          break;
+        case 5:  // the maximum at the last index
+          row[vocab - 1] = 100.0f;
+          break;
+        case 6:  // all negative, many NaN
+          for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 5 == 0) ? nan : -std::fabs(row[i]) - 1.0f;
+          break;
+        case 7:  // every value equal: index 0
+          for (int64_t i = 0; i < vocab; ++i) row[i] = 1.5f;
+          break;
+        default:  // the maximum at index 0 with a NaN after it
+          row[0] = 50.0f;
+          if (vocab > 1) row[1] = nan;
+          break;
+      }
+    }
+    DevTensor dx = dev_floats(x, {rows, vocab});
+    std::vector<int32_t> got(static_cast<size_t>(rows), -7);
+    ASSERT_TRUE(step->argmax_rows(dx.t, got.data()).is_ok());
+    int mismatches = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t want = host_argmax(x.data() + r * vocab, vocab);
+      if (got[static_cast<size_t>(r)] != want && ++mismatches <= 5)
+        ADD_FAILURE() << "vocab " << vocab << " row " << r << " (case " << r % 9 << "): got "
+                      << got[static_cast<size_t>(r)] << ", want " << want;
+    }
+    EXPECT_EQ(mismatches, 0) << "vocab " << vocab;
+  }
+}
+
+TEST(CudaSample, ArgmaxRowsAfterQueuedWork) {
+  SKIP_WITHOUT_GPU();
+  // The result must see ops queued (or deferred) before it: scale the row so the winner moves.
+  CudaStep* step = cuda_step(*backend());
+  const int64_t vocab = 4096;
+  std::vector<float> x = random_floats(2 * vocab, 99, -1.0f, 1.0f);
+  x[10] = 5.0f;   // the largest
+  x[20] = -6.0f;  // the largest after scaling by -1
+  x[vocab + 30] = 3.0f;
+  x[vocab + 40] = -4.0f;
+  DevTensor dx = dev_floats(x, {2, vocab});
+  backend()->scale(dx.t, -1.0f);
+  std::vector<int32_t> got(2, -1);
+  ASSERT_TRUE(step->argmax_rows(dx.t, got.data()).is_ok());
+  EXPECT_EQ(got[0], 20);
+  EXPECT_EQ(got[1], 40);
+}
+
+}  // namespace
+}  // namespace ember::cuda_test
