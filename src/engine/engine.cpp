@@ -2,11 +2,15 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/step_profile.h"
 #include "kv/kv_cache_manager.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 namespace ember {
@@ -66,7 +70,9 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig confi
       sampler_(std::make_unique<Sampler>(config_.eos_token_ids)),
       counters_(std::make_unique<Counters>()) {}
 
-LlmEngine::~LlmEngine() = default;
+LlmEngine::~LlmEngine() {
+  if (step_profile::enabled()) fmt::print(stderr, "{}", step_profile::report());
+}
 
 Status LlmEngine::validate(const EngineRequest& request) const {
   if (request.request_id.empty()) return Status::error("the request id must not be empty");
@@ -145,16 +151,46 @@ std::vector<RequestOutput> LlmEngine::step() {
   std::vector<RequestOutput> outputs = std::move(pending_outputs_);
   pending_outputs_.clear();
   if (!scheduler_->has_work()) return outputs;
+  const auto t0 = std::chrono::steady_clock::now();
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) return outputs;
   ++counters_->num_steps;
+  if (step_profile::enabled()) {  // the step's kind is known once it is scheduled
+    step_profile::begin_step(so.batch.n_tokens() == so.batch.n_seqs(), so.batch.n_seqs(), so.batch.n_tokens());
+    step_profile::add("engine: schedule",
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  struct StepWall {  // the whole step, scheduling included
+    std::chrono::steady_clock::time_point t0;
+    ~StepWall() {
+      step_profile::add("step (wall)",
+                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  } t_step{t0};
+
+  // Every row a plain argmax: let the executor pick the tokens where the logits are.
+  bool argmax_step = executor_->can_execute_argmax();
+  for (size_t i = 0; argmax_step && i < so.samples.size(); ++i) {
+    const Request* r = scheduler_->find(so.samples[i].seq_id);
+    argmax_step = r != nullptr && is_plain_argmax(r->params, r->output().size());
+  }
 
   Status st;
   if (!so.block_copies.empty()) st = executor_->copy_blocks(so.block_copies);
-  if (st.is_ok()) st = executor_->execute(so.batch, logits_);
-  const size_t n_expected = so.batch.logit_rows.size() * static_cast<size_t>(vocab_size_);
-  if (st.is_ok() && logits_.size() != n_expected)
-    st = Status::errorf("the executor returned {} logits, expected {}", logits_.size(), n_expected);
+  {
+    step_profile::Scope t_exec("engine: execute");
+    if (st.is_ok() && argmax_step) {
+      st = executor_->execute_argmax(so.batch, argmax_ids_);
+      if (st.is_ok() && argmax_ids_.size() != so.batch.logit_rows.size())
+        st = Status::errorf("the executor returned {} argmax ids, expected {}", argmax_ids_.size(),
+                            so.batch.logit_rows.size());
+    } else if (st.is_ok()) {
+      st = executor_->execute(so.batch, logits_);
+      const size_t n_expected = so.batch.logit_rows.size() * static_cast<size_t>(vocab_size_);
+      if (st.is_ok() && logits_.size() != n_expected)
+        st = Status::errorf("the executor returned {} logits, expected {}", logits_.size(), n_expected);
+    }
+  }
   if (!st.is_ok()) {
     last_error_ = st.with_context("model step");
     EMBER_LOG_ERROR("{}", last_error_.message());
@@ -168,18 +204,31 @@ std::vector<RequestOutput> LlmEngine::step() {
     counters_->prompt_tokens_computed +=
         std::max(0, std::min(end, r->num_prompt_tokens) - s.n_computed_before);
   }
-  std::vector<SamplerRow> rows;
-  rows.reserve(so.samples.size());
-  for (const SampleSlot& slot : so.samples) {
-    Request* r = scheduler_->find(slot.seq_id);
-    EMBER_CHECK(r != nullptr);
-    rows.push_back({slot.logits_row, &r->params, r->prompt(), r->output(), &r->rng});
+  step_profile::Scope t_sample("engine: sample");
+  std::vector<SampledToken> sampled;
+  if (argmax_step) {
+    sampled.resize(so.samples.size());
+    for (size_t i = 0; i < so.samples.size(); ++i) {
+      const int row = so.samples[i].logits_row;
+      EMBER_CHECK(row >= 0 && static_cast<size_t>(row) < argmax_ids_.size());
+      sampled[i].token_id = argmax_ids_[static_cast<size_t>(row)];
+    }
+  } else {
+    std::vector<SamplerRow> rows;
+    rows.reserve(so.samples.size());
+    for (const SampleSlot& slot : so.samples) {
+      Request* r = scheduler_->find(slot.seq_id);
+      EMBER_CHECK(r != nullptr);
+      rows.push_back({slot.logits_row, &r->params, r->prompt(), r->output(), &r->rng});
+    }
+    sampled = sampler_->sample(logits_, vocab_size_, rows);
   }
-  const std::vector<SampledToken> sampled = sampler_->sample(logits_, vocab_size_, rows);
   std::vector<int32_t> tokens(sampled.size());
   for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = sampled[i].token_id;
   counters_->generation_tokens_total += static_cast<int64_t>(tokens.size());
+  t_sample.stop();
 
+  step_profile::Scope t_update("engine: update + emit");
   const std::vector<SeqUpdate> updates = scheduler_->update(so, tokens);
   const size_t first = outputs.size();
   emit(updates, outputs);

@@ -85,6 +85,7 @@ class LlmEngine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_ids_;  // execute_argmax results (greedy steps on the device)
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step()
   Status last_error_;
   struct Counters;

@@ -27,6 +27,17 @@ class ModelExecutor {
   virtual Status allocate_kv_cache(const KvCacheConfig& cfg) = 0;
   // Runs one step. logits: [batch.logit_rows.size(), vocab_size()] float32, row-major.
   virtual Status execute(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+  // Greedy steps without the logits: whether execute_argmax is available (a GPU runner
+  // returns the argmax of each logit row instead of downloading the whole vocabulary).
+  virtual bool can_execute_argmax() const { return false; }
+  // Runs one step like execute; token_ids[i] = the index of the largest logit of logit row i
+  // (exactly what the Sampler's greedy pick on the unmodified row gives: NaN never wins, the
+  // lowest index wins ties, 0 when no logit is above -inf).
+  virtual Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+    (void)batch;
+    (void)token_ids;
+    return Status::error("this executor has no execute_argmax");
+  }
   // Copies K/V of whole blocks (copy-on-write for forked sequences): pairs (src, dst).
   virtual Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
 };

@@ -2,6 +2,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/log.h"
+#include "core/step_profile.h"
 #ifdef EMBER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -72,6 +73,12 @@ int width_bucket(int blocks) {
   return w;
 }
 
+// The registered host arrays belong to one execute call only.
+struct ClearStepMetadata {
+  CudaStep* c;
+  ~ClearStepMetadata() { c->clear_step_metadata(); }
+};
+
 std::vector<HostArray> step_arrays(const ForwardBatch& b) {
   auto arr = [](const std::vector<int32_t>& v) { return HostArray{v.data(), v.size() * sizeof(int32_t)}; };
   return {arr(b.token_ids),   arr(b.positions),    arr(b.slot_mapping), arr(b.query_start),
@@ -104,6 +111,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
     r->graphs_ = r->cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
     r->graph_epoch_ = r->model_->activation_epoch();
+    // Soft-capping runs on the host (finish_logits); a device argmax would skip it.
+    const char* gs = std::getenv("EMBER_GPU_SAMPLE");
+    r->device_argmax_ = r->cuda_ && r->model_->config().final_logit_softcap <= 0.0f &&
+                        !(gs && std::strcmp(gs, "0") == 0);
   }
 #endif
   return r;
@@ -214,11 +225,8 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
   return r;
 }
 
-Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
-  struct ClearMeta {  // the registered host arrays belong to this call only
-    CudaStep* c;
-    ~ClearMeta() { c->clear_step_metadata(); }
-  } clear{cuda_};
+Result<Tensor> ModelRunner::enqueue_cuda(const ForwardBatch& batch) {
+  step_profile::Scope t("runner: enqueue");
   Result<Tensor> out = Tensor{};
   if (graphs_ && is_decode_batch(batch)) {
     out = run_decode_graph(batch);
@@ -226,21 +234,53 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
     cuda_->set_step_metadata(step_arrays(batch));
     out = model_->enqueue_forward(batch, kv_);
   }
+  t.stop();
+  if (out.is_ok() && out->valid() && step_profile::enabled()) {  // the forward apart from what follows
+    step_profile::Scope w("runner: gpu wait");
+    backend_->synchronize();
+  }
+  return out;
+}
+
+Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
+  ClearStepMetadata clear{cuda_};
+  Result<Tensor> out = enqueue_cuda(batch);
   if (!out.is_ok()) return out.status();
   if (!out->valid()) {
     logits.clear();
     return Status::ok();
   }
   logits.resize(static_cast<size_t>(out->numel()));
-  backend_->download(logits.data(), out->data, logits.size() * sizeof(float));  // the one sync
+  {
+    step_profile::Scope t("runner: logits download");
+    backend_->download(logits.data(), out->data, logits.size() * sizeof(float));  // the one sync
+  }
   model_->finish_logits(logits);
   return Status::ok();
+}
+
+Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
+  ClearStepMetadata clear{cuda_};
+  Result<Tensor> out = enqueue_cuda(batch);
+  if (!out.is_ok()) return out.status();
+  if (!out->valid()) {
+    token_ids.clear();
+    return Status::ok();
+  }
+  token_ids.resize(static_cast<size_t>(out->n_rows()));
+  step_profile::Scope t("runner: argmax + ids");
+  return cuda_->argmax_rows(*out, token_ids.data());  // the one sync
 }
 
 #else
 
 Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
   return model_->forward(batch, kv_, logits);
+}
+Status ModelRunner::execute_argmax(const ForwardBatch&, std::vector<int32_t>&) {
+  return Status::error("execute_argmax needs CUDA");
 }
 Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch&) { return Status::error("no CUDA"); }
 void ModelRunner::sync_activation_epoch() {}

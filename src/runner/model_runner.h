@@ -50,6 +50,9 @@ class ModelRunner : public ModelExecutor {
   size_t kv_bytes_per_block(int block_size) const override;
   Status allocate_kv_cache(const KvCacheConfig& cfg) override;
   Status execute(const ForwardBatch& batch, std::vector<float>& logits) override;
+  // On CUDA without final logit soft-capping (EMBER_GPU_SAMPLE=0 turns it off).
+  bool can_execute_argmax() const override { return device_argmax_; }
+  Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
   Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
 
   const ModelConfig& config() const { return model_->config(); }
@@ -70,6 +73,8 @@ class ModelRunner : public ModelExecutor {
  private:
   ModelRunner() = default;
   Status execute_cuda(const ForwardBatch& batch, std::vector<float>& logits);
+  // Queues the forward pass of a CUDA step (graph replay for decode batches).
+  Result<Tensor> enqueue_cuda(const ForwardBatch& batch);
   Result<Tensor> run_decode_graph(const ForwardBatch& batch);
   void sync_activation_epoch();
 
@@ -82,6 +87,7 @@ class ModelRunner : public ModelExecutor {
   // CUDA step state (null / unused on the CPU).
   CudaStep* cuda_ = nullptr;
   bool graphs_ = false;
+  bool device_argmax_ = false;
   struct GraphState {
     bool warm = false;    // one eager step of this shape has run
     bool failed = false;  // capture failed: this shape stays eager

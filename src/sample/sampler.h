@@ -48,6 +48,11 @@ class Sampler {
   std::vector<float> work_;  // scratch row
 };
 
+// Whether sample_row's pick for this request is the plain argmax of the unmodified logits (greedy,
+// no logprobs, bias or penalties, min_tokens reached): then an executor may compute it where
+// the logits are (ModelExecutor::execute_argmax) and the result is the same token.
+bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens);
+
 // Raw-distribution logprobs of `token` with the top `n_top` alternatives (most likely first,
 // lower id first among ties). NaN logits count as -inf.
 SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top);

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/npy.h"
 #include "runner/model_runner.h"
+#include "sample/sampler.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -80,6 +81,16 @@ class Seqs {
   // every new token's row, else each sequence's last.
   Status step(ModelRunner& r, const std::vector<std::vector<int32_t>>& tokens, bool all_logits,
               std::vector<float>& logits) {
+    return r.execute(batch(tokens, all_logits), logits);
+  }
+  // The same step, greedy tokens picked on the device (one per logit row).
+  Status step_argmax(ModelRunner& r, const std::vector<std::vector<int32_t>>& tokens, bool all_logits,
+                     std::vector<int32_t>& ids) {
+    return r.execute_argmax(batch(tokens, all_logits), ids);
+  }
+
+ private:
+  ForwardBatch batch(const std::vector<std::vector<int32_t>>& tokens, bool all_logits) {
     ForwardBatch b;
     b.max_blocks_per_seq = static_cast<int>(tables_[0].size());
     b.query_start.push_back(0);
@@ -97,10 +108,9 @@ class Seqs {
       b.seq_lens.push_back(lens_[s]);
       b.block_tables.insert(b.block_tables.end(), tables_[s].begin(), tables_[s].end());
     }
-    return r.execute(b, logits);
+    return b;
   }
 
- private:
   int bs_;
   std::vector<std::vector<int32_t>> tables_;
   std::vector<int> lens_;
@@ -234,6 +244,61 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, CudaFidelity, ::testing::ValuesIn(variants
                            std::replace_if(s.begin(), s.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
                            return s;
                          });
+
+// Greedy tokens picked on the GPU (ModelRunner::execute_argmax) equal the host Sampler's greedy
+// pick from the downloaded logits of the same step, for prompt batches (every row's logits)
+// and graph-replayed decode steps; and the two runners stay in lockstep.
+TEST(CudaModel, DeviceArgmaxEqualsHostSampler) {
+  SKIP_WITHOUT_GPU();
+  // The 8B-shaped checkpoint when given (the real vocabulary: 128,256 columns), else the fixture.
+  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
+  const std::string path = dir ? std::string(dir) : kFixtures + "/llama3/hf-bf16";
+  const int bpb = 8, n_seqs = 5;
+  auto a = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs));
+  auto b = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs));
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(b->can_execute_argmax());
+  const int vocab = a->vocab_size();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  std::vector<std::vector<int32_t>> prompts(n_seqs);
+  for (int s = 0; s < n_seqs; ++s) {
+    prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(3 + 4 * s));
+    for (auto& t : prompts[static_cast<size_t>(s)]) t = tok(rng);
+  }
+  Seqs sa(16, bpb, n_seqs), sb(16, bpb, n_seqs);
+  Sampler sampler({});
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  auto host_pick = [&](int n_rows) {
+    std::vector<SamplerRow> rows;
+    for (int i = 0; i < n_rows; ++i) rows.push_back({i, &greedy, {}, {}, nullptr});
+    std::vector<int32_t> out;
+    for (const SampledToken& t : sampler.sample(logits, vocab, rows)) out.push_back(t.token_id);
+    return out;
+  };
+  ASSERT_TRUE(sa.step(*a, prompts, true, logits).is_ok());
+  ASSERT_TRUE(sb.step_argmax(*b, prompts, true, ids).is_ok());
+  const int n_rows = static_cast<int>(logits.size() / static_cast<size_t>(vocab));
+  ASSERT_EQ(static_cast<int>(ids.size()), n_rows);
+  EXPECT_EQ(ids, host_pick(n_rows)) << "prompt batch, every row's logits";
+  std::vector<std::vector<int32_t>> next(n_seqs);
+  for (int s = 0; s < n_seqs; ++s) next[static_cast<size_t>(s)] = {tok(rng)};
+  int distinct = 0;
+  for (int j = 0; j < 6; ++j) {  // decode steps: eager, capture, then graph replays
+    ASSERT_TRUE(sa.step(*a, next, false, logits).is_ok());
+    ASSERT_TRUE(sb.step_argmax(*b, next, false, ids).is_ok());
+    const std::vector<int32_t> want = host_pick(n_seqs);
+    EXPECT_EQ(ids, want) << "decode step " << j;
+    for (int s = 0; s < n_seqs; ++s) {
+      distinct += want[static_cast<size_t>(s)] != want[0];
+      next[static_cast<size_t>(s)] = {want[static_cast<size_t>(s)]};
+    }
+  }
+  EXPECT_GT(distinct, 0) << "every sequence picked the same token: the test would not see mixed-up rows";
+}
 
 TEST(CudaModel, KvBudgetFromFreeMemory) {
   SKIP_WITHOUT_GPU();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace ember::testing {
 
 namespace {
@@ -41,6 +43,24 @@ void FakeExecutor::logits_for(const std::vector<int32_t>& tokens, int vocab_size
     // every token (EOS included) wins sometimes.
     out[v] = static_cast<float>(static_cast<double>(r >> 11) * 0x1.0p-53 * 8.0 - 4.0);
   }
+}
+
+Status FakeExecutor::execute_argmax(const ForwardBatch& b, std::vector<int32_t>& token_ids) {
+  if (!opt_.device_argmax) return Status::error("execute_argmax not offered");
+  ++n_argmax_steps_;
+  std::vector<float> logits;
+  EMBER_RETURN_IF_ERROR(execute(b, logits));
+  const size_t vocab = static_cast<size_t>(opt_.vocab_size);
+  token_ids.assign(logits.size() / vocab, 0);
+  for (size_t r = 0; r < token_ids.size(); ++r) {
+    float best = -std::numeric_limits<float>::infinity();
+    for (size_t v = 0; v < vocab; ++v)
+      if (logits[r * vocab + v] > best) {
+        best = logits[r * vocab + v];
+        token_ids[r] = static_cast<int32_t>(v);
+      }
+  }
+  return Status::ok();
 }
 
 Status FakeExecutor::execute(const ForwardBatch& b, std::vector<float>& logits) {

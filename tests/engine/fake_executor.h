@@ -19,6 +19,8 @@ struct FakeExecutorOptions {
   size_t bytes_per_token = 64;  // for kv_bytes_per_block
   // Make execute() fail on this call number (0-based); -1 never.
   int fail_on_step = -1;
+  // Offer execute_argmax (what a GPU runner does for greedy steps).
+  bool device_argmax = false;
 };
 
 class FakeExecutor : public ModelExecutor {
@@ -33,6 +35,9 @@ class FakeExecutor : public ModelExecutor {
   Status allocate_kv_cache(const KvCacheConfig& cfg) override;
   Status execute(const ForwardBatch& batch, std::vector<float>& logits) override;
   Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
+  bool can_execute_argmax() const override { return opt_.device_argmax; }
+  // execute(), then the first maximum of each logit row (0 when none is above -inf).
+  Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
 
   // The logits the fake returns after reading back exactly `tokens` (what a correct engine
   // makes it see): [vocab_size].
@@ -45,6 +50,7 @@ class FakeExecutor : public ModelExecutor {
   // Problems seen so far (unwritten slots read, position mismatches, bad batch shapes).
   const std::vector<std::string>& errors() const { return errors_; }
   int n_steps() const { return n_steps_; }
+  int n_argmax_steps() const { return n_argmax_steps_; }
   int64_t n_tokens_computed() const { return n_tokens_computed_; }
   int64_t n_block_copies() const { return n_block_copies_; }
 
@@ -61,6 +67,7 @@ class FakeExecutor : public ModelExecutor {
   std::vector<std::string> errors_;
   std::unordered_set<uint64_t> seen_;
   int n_steps_ = 0;
+  int n_argmax_steps_ = 0;
   int64_t n_tokens_computed_ = 0;
   int64_t n_block_copies_ = 0;
 };

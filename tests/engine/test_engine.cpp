@@ -37,6 +37,59 @@ TEST(LlmEngine, GreedyMatchesReference) {
   EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
 }
 
+// Executors that pick greedy tokens themselves (GPU argmax) get every step whose requests are
+// all plain greedy; a request that needs the logits (logprobs, sampling, penalties, min_tokens
+// not yet reached) sends its steps through execute() and the host Sampler. Outputs are the
+// same either way.
+TEST(LlmEngine, DeviceArgmaxOnlyForPlainGreedySteps) {
+  const std::vector<int32_t> p1 = {5, 9, 3, 7, 11, 2}, p2 = {4, 4, 8, 1};
+  {  // all greedy: every step through execute_argmax, tokens equal the reference
+    EngineSetup s = default_setup();
+    s.fake.device_argmax = true;
+    TestEngine te = make_engine(s);
+    ASSERT_TRUE(te.engine->add_request(greedy_request("a", p1, 20)).is_ok());
+    ASSERT_TRUE(te.engine->add_request(greedy_request("b", p2, 15)).is_ok());
+    Results res = run_all(te);
+    EXPECT_EQ(res["a"][0].tokens, reference_greedy(p1, 20, {0}, 64, 256));
+    EXPECT_EQ(res["b"][0].tokens, reference_greedy(p2, 15, {0}, 64, 256));
+    EXPECT_GT(te.fake->n_argmax_steps(), 0);
+    EXPECT_EQ(te.fake->n_argmax_steps(), te.fake->n_steps());
+  }
+  {  // a greedy request with logprobs beside it: no argmax step while it runs, logprobs kept
+    EngineSetup s = default_setup();
+    s.fake.device_argmax = true;
+    TestEngine te = make_engine(s);
+    EngineRequest lp = greedy_request("lp", p1, 30);
+    lp.params.logprobs = 2;
+    lp.params.ignore_eos = true;
+    ASSERT_TRUE(te.engine->add_request(std::move(lp)).is_ok());
+    ASSERT_TRUE(te.engine->add_request(greedy_request("b", p2, 10)).is_ok());
+    int with_logprobs = 0, tokens_lp = 0;
+    while (te.engine->has_work()) {
+      for (const RequestOutput& o : te.engine->step()) {
+        if (o.request_id != "lp") continue;
+        tokens_lp += static_cast<int>(o.new_token_ids.size());
+        with_logprobs += static_cast<int>(o.logprobs.size());
+      }
+    }
+    EXPECT_EQ(tokens_lp, 30);
+    EXPECT_EQ(with_logprobs, 30);
+    EXPECT_EQ(te.fake->n_argmax_steps(), 0);
+  }
+  {  // min_tokens: the first steps need the host sampler (EOS suppressed), later ones do not
+    EngineSetup s = default_setup();
+    s.fake.device_argmax = true;
+    TestEngine te = make_engine(s);
+    EngineRequest r = greedy_request("m", p1, 12);
+    r.params.min_tokens = 4;
+    ASSERT_TRUE(te.engine->add_request(std::move(r)).is_ok());
+    Results res = run_all(te);
+    EXPECT_EQ(static_cast<int>(res["m"][0].tokens.size()) >= 4, true);
+    EXPECT_GT(te.fake->n_argmax_steps(), 0);
+    EXPECT_LT(te.fake->n_argmax_steps(), te.fake->n_steps());
+  }
+}
+
 // Batch invariance: every greedy request's output equals its solo reference whatever the
 // batching: staggered arrivals, shared prefixes (prefix-cache hits), chunked prefill with tiny
 // budgets, and a KV cache so small that requests get preempted and recomputed.
