@@ -27,9 +27,9 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "KV cache size, e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from --gpu-memory-utilization on CUDA");
   app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
-  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget per step")
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget per step (default 2048 on the CPU, 8192 on CUDA)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step")->check(CLI::Range(1, 4096));
+  app.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step (default 64 on the CPU, 256 on CUDA)")->check(CLI::Range(1, 4096));
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "disable prefix caching");
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
@@ -141,15 +141,17 @@ std::vector<int32_t> stop_token_ids(const ModelConfig& config, const Tokenizer* 
 Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runner, const ModelOptions& o,
                                                std::vector<int32_t> eos_ids) {
   EngineConfig ec;
-  if (o.kv_cache_memory == "auto" && runner->backend().device() == Device::CUDA) {
-    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, runner->device_kv_budget(o.gpu_memory_utilization,
-                                                                       o.max_num_batched_tokens, o.max_num_seqs));
+  const bool gpu = runner->backend().device() == Device::CUDA;
+  const int max_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : (gpu ? 8192 : 2048);
+  const int max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : (gpu ? 256 : 64);
+  if (o.kv_cache_memory == "auto" && gpu) {
+    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, runner->device_kv_budget(o.gpu_memory_utilization, max_tokens, max_seqs));
   } else {
     EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, parse_bytes(o.kv_cache_memory == "auto" ? "1GiB" : o.kv_cache_memory));
   }
   ec.scheduler.block_size = o.block_size;
-  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  ec.scheduler.max_num_seqs = o.max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = max_tokens;
+  ec.scheduler.max_num_seqs = max_seqs;
   ec.scheduler.enable_prefix_caching = !o.no_prefix_cache;
   ec.eos_token_ids = std::move(eos_ids);
   ec.deterministic = o.deterministic;
