@@ -57,6 +57,8 @@ void add_throughput_options(CLI::App& cmd, ThroughputOptions& o) {
   cmd.add_option("--len-spread", o.len_spread, "length spread F: uniform in [L(1-F), L(1+F)]")->check(CLI::Range(0.0, 1.0));
   cmd.add_option("--shared-prefix-len", o.shared_prefix_len, "common prompt prefix tokens")->check(CLI::Range(0, 1 << 20));
   cmd.add_option("--seed", o.seed, "workload seed");
+  cmd.add_option("--temperature", o.temperature, "sampling temperature of every request (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  cmd.add_option("--top-p", o.top_p, "nucleus sampling of every request")->check(CLI::Range(0.0, 1.0));
   cmd.add_option("--json", o.json_path, "write results as JSON");
 }
 
@@ -86,7 +88,9 @@ int run_throughput(const ThroughputOptions& o) {
     r.prompt_token_ids = prefix;
     const int len = spread(rng, o.input_len, o.len_spread);
     for (int t = 0; t < len; ++t) r.prompt_token_ids.push_back(tok(rng));
-    r.params.temperature = 0.0f;
+    r.params.temperature = o.temperature;  // greedy by default
+    r.params.top_p = o.top_p;
+    r.params.seed = o.seed * 1000003 + static_cast<uint64_t>(i);
     r.params.ignore_eos = true;
     r.params.max_tokens = spread(rng, o.output_len, o.len_spread);
     total_prompt += static_cast<int64_t>(r.prompt_token_ids.size());

@@ -17,6 +17,8 @@ struct ThroughputOptions {
   double len_spread = 0.0;     // lengths uniform in [L(1-F), L(1+F)]
   int shared_prefix_len = 0;   // tokens of a common prefix at the start of every prompt
   uint64_t seed = 1;
+  float temperature = 0.0f;  // of every request; seeded per request from `seed`
+  float top_p = 1.0f;
   std::string json_path;
 };
 

@@ -2,6 +2,7 @@
 
 #include "cli/progress.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +31,9 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget per step (default 2048 on the CPU, 8192 on CUDA)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step (default 64 on the CPU, 256 on CUDA)")->check(CLI::Range(1, 4096));
+  app.add_option("--sampler-threads", o.sampler_threads,
+                 "host threads sampling full logits (default 1 on the CPU, up to 16 with CUDA)")
+      ->check(CLI::Range(1, 256));
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "disable prefix caching");
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
@@ -156,6 +160,7 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.eos_token_ids = std::move(eos_ids);
   ec.deterministic = o.deterministic;
   ec.seed = o.seed;
+  ec.sampler_threads = o.sampler_threads > 0 ? o.sampler_threads : gpu ? std::clamp(ThreadPool::default_threads(), 1, 16) : 1;
   auto engine = LlmEngine::create(std::move(runner), ec);
   if (!engine.is_ok()) return engine.status();
   return engine;

@@ -29,6 +29,7 @@ struct ModelOptions {
   // step costs about the same for 64 or 256 decodes: the weights are read once either way).
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
+  int sampler_threads = 0;  // 0: auto
   bool no_prefix_cache = false;
   bool deterministic = false;
   uint64_t seed = 0;

@@ -67,7 +67,7 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig confi
       vocab_size_(executor_->vocab_size()),
       seeder_(config_.deterministic ? config_.seed : std::random_device{}()),
       scheduler_(std::make_unique<Scheduler>(config_.scheduler, config_.eos_token_ids)),
-      sampler_(std::make_unique<Sampler>(config_.eos_token_ids)),
+      sampler_(std::make_unique<Sampler>(config_.eos_token_ids, config_.sampler_threads)),
       counters_(std::make_unique<Counters>()) {}
 
 LlmEngine::~LlmEngine() {

@@ -37,6 +37,9 @@ struct EngineConfig {
   // engine never reorders or splits work depending on batch neighbours' values).
   bool deterministic = false;
   uint64_t seed = 0;  // base seed; ignored unless deterministic (else from std::random_device)
+  // Host threads for sampling the steps that go through full logits (see Sampler): 1 on the
+  // CPU backend, whose cores run the model; more on a GPU, where they are otherwise idle.
+  int sampler_threads = 1;
 };
 
 class LlmEngine {

@@ -94,16 +94,28 @@ void apply_top_p(std::span<float> logits, float top_p) {
     ids.push_back(static_cast<int32_t>(i));
     total += std::exp(static_cast<double>(logits[i]) - m);
   }
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+  auto before = [&](int32_t a, int32_t b) {
     const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
     return la != lb ? la > lb : a < b;
-  });
+  };
+  // The kept set is usually a few tokens of a large vocabulary: order only as many of the
+  // most likely tokens as the running mass needs, growing the sorted prefix 8x at a time (the
+  // prefix is final: everything after it ranks below). Same order and sum as a full sort.
   double cum = 0.0;
-  size_t keep = 0;
-  while (keep < ids.size()) {
-    cum += std::exp(static_cast<double>(logits[static_cast<size_t>(ids[keep])]) - m) / total;
-    ++keep;
-    if (cum >= static_cast<double>(top_p)) break;
+  size_t keep = 0, sorted = 0;
+  bool reached = false;
+  while (!reached && keep < ids.size()) {
+    const size_t want = std::min(ids.size(), sorted == 0 ? size_t{64} : sorted * 8);
+    std::partial_sort(ids.begin() + static_cast<long>(sorted), ids.begin() + static_cast<long>(want), ids.end(), before);
+    sorted = want;
+    while (keep < sorted) {
+      cum += std::exp(static_cast<double>(logits[static_cast<size_t>(ids[keep])]) - m) / total;
+      ++keep;
+      if (cum >= static_cast<double>(top_p)) {
+        reached = true;
+        break;
+      }
+    }
   }
   for (size_t i = keep; i < ids.size(); ++i) logits[static_cast<size_t>(ids[i])] = kNegInf;
 }

@@ -11,29 +11,50 @@ namespace ember {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr size_t kParallelMinRows = 16;  // fewer rows are not worth a fork/join
 }  // namespace
 
-Sampler::Sampler(std::vector<int32_t> eos_token_ids) : eos_token_ids_(std::move(eos_token_ids)) {}
+Sampler::Sampler(std::vector<int32_t> eos_token_ids, int n_threads)
+    : eos_token_ids_(std::move(eos_token_ids)),
+      pool_(n_threads > 1 ? std::make_unique<ThreadPool>(n_threads) : nullptr),
+      work_(static_cast<size_t>(std::max(1, n_threads))) {}
+
+Sampler::~Sampler() = default;
 
 std::vector<SampledToken> Sampler::sample(std::span<const float> logits, int vocab_size,
                                           std::span<const SamplerRow> rows) {
   EMBER_CHECK(vocab_size > 0 && logits.size() % static_cast<size_t>(vocab_size) == 0);
   const size_t n_logit_rows = logits.size() / static_cast<size_t>(vocab_size);
-  std::vector<SampledToken> out;
-  out.reserve(rows.size());
-  for (const SamplerRow& row : rows) {
+  for (const SamplerRow& row : rows)
     EMBER_CHECK(row.logits_row >= 0 && static_cast<size_t>(row.logits_row) < n_logit_rows);
-    out.push_back(sample_row(
-        logits.subspan(static_cast<size_t>(row.logits_row) * vocab_size, vocab_size), row));
+  std::vector<SampledToken> out(rows.size());
+  auto run = [&](size_t begin, size_t end, std::vector<float>& work) {
+    for (size_t i = begin; i < end; ++i)
+      out[i] = sample_row_into(logits.subspan(static_cast<size_t>(rows[i].logits_row) * vocab_size, vocab_size),
+                               rows[i], work);
+  };
+  if (!pool_ || rows.size() < kParallelMinRows) {
+    run(0, rows.size(), work_[0]);
+  } else {
+    pool_->run([&](int ith, int nth) {
+      const size_t per = (rows.size() + static_cast<size_t>(nth) - 1) / static_cast<size_t>(nth);
+      const size_t begin = std::min(rows.size(), per * static_cast<size_t>(ith));
+      run(begin, std::min(rows.size(), begin + per), work_[static_cast<size_t>(ith)]);
+    });
   }
   return out;
 }
 
 SampledToken Sampler::sample_row(std::span<const float> row_logits, const SamplerRow& row) {
+  return sample_row_into(row_logits, row, work_[0]);
+}
+
+SampledToken Sampler::sample_row_into(std::span<const float> row_logits, const SamplerRow& row,
+                                      std::vector<float>& work) {
   EMBER_CHECK(row.params != nullptr);
   const SamplingParams& p = *row.params;
-  work_.assign(row_logits.begin(), row_logits.end());
-  std::span<float> x(work_);
+  work.assign(row_logits.begin(), row_logits.end());
+  std::span<float> x(work);
   for (float& v : x)
     if (std::isnan(v)) v = kNegInf;  // a broken logit must never be picked
 

@@ -7,11 +7,13 @@
 // as the model returned them, before min_tokens, bias, penalties, temperature and truncation
 // (vLLM's default "raw_logprobs"). They therefore describe the model, not the sampler settings,
 // and a greedy token's logprob is the model's.
+#include "core/thread_pool.h"
 #include "sample/logprobs.h"
 #include "sched/sampling_params.h"
 
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
@@ -35,7 +37,11 @@ class Sampler {
  public:
   // eos_token_ids are suppressed (with the request's stop_token_ids) until min_tokens
   // outputs exist, unless the request ignores EOS.
-  explicit Sampler(std::vector<int32_t> eos_token_ids);
+  // n_threads > 1: sample() spreads batches of many rows over a pool of that many threads
+  // (worth it where rows are many and the vocabulary large, e.g. a GPU step of 256 sequences;
+  // each row draws from its own request's rng, so results do not depend on the split).
+  explicit Sampler(std::vector<int32_t> eos_token_ids, int n_threads = 1);
+  ~Sampler();
 
   // logits: [n_logit_rows, vocab_size] row-major.
   std::vector<SampledToken> sample(std::span<const float> logits, int vocab_size,
@@ -44,8 +50,11 @@ class Sampler {
   SampledToken sample_row(std::span<const float> row_logits, const SamplerRow& row);
 
  private:
+  SampledToken sample_row_into(std::span<const float> row_logits, const SamplerRow& row, std::vector<float>& work);
+
   std::vector<int32_t> eos_token_ids_;
-  std::vector<float> work_;  // scratch row
+  std::unique_ptr<ThreadPool> pool_;   // null when single-threaded
+  std::vector<std::vector<float>> work_;  // scratch row per pool task
 };
 
 // Whether sample_row's pick for this request is the plain argmax of the unmodified logits (greedy,
