@@ -9,6 +9,7 @@ cd "$root"
 export EMBER_VENV=${EMBER_VENV:-$root/.venv}
 passed=0
 failed=0
+skipped=0
 failures=()
 record() {  # record NAME PASSED FAILED
   passed=$((passed + $2))
@@ -29,7 +30,11 @@ ctest_log=build/ctest.log
 total=$(grep -Eo 'tests passed, [0-9]+ tests failed out of [0-9]+' "$ctest_log" | grep -Eo '[0-9]+$' || echo 0)
 nfail=$(grep -Eo '[0-9]+ tests failed out of' "$ctest_log" | grep -Eo '^[0-9]+' || echo 1)
 [ -n "$total" ] || total=0
-record ctest $((total - nfail)) "$nfail"
+# Tests that skip themselves (GTEST_SKIP: a missing optional tool or CPU feature) are reported
+# as skipped, never as passed.
+nskip=$(grep -c '(Skipped)' "$ctest_log" || true)
+record ctest $((total - nfail - nskip)) "$nfail"
+skipped=$nskip
 
 # Python suites (each tests/**/test_*.py, pytest).
 if ls tests/python/test_*.py >/dev/null 2>&1; then
@@ -59,5 +64,6 @@ if command -v nvcc >/dev/null 2>&1 && [ -d src/backend/cuda ] && [ "${EMBER_SKIP
 fi
 
 [ ${#failures[@]} -eq 0 ] || echo "test: failed suites: ${failures[*]}"
+[ "$skipped" -eq 0 ] || echo "test: $skipped skipped (listed under 'The following tests did not run' in build/ctest.log)"
 echo "ember: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
