@@ -88,6 +88,10 @@ struct GemmKernel {
 struct KernelTable {
   Isa isa = Isa::Scalar;
   MatmulKernel matmul[static_cast<int>(WeightKind::Count)];
+  // One activation row against weights streamed from memory (a decode step): where a narrower
+  // ISA's kernel streams faster than the widest one (AVX2 vs AVX-512 for the 32-block formats
+  // on Zen 4, bench/kernels), that one; else the same as `matmul`.
+  MatmulKernel matmul_stream[static_cast<int>(WeightKind::Count)];
   GemmKernel gemm[static_cast<int>(WeightKind::Count)];  // empty where the ISA has none
   QuantizeActFn quantize_q8_32 = nullptr;
   QuantizeActFn quantize_q8_k = nullptr;
