@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import real_model_path
 
 ROOT = Path(__file__).resolve().parents[2]
 EMBER = ROOT / "build" / "bin" / "ember"
@@ -20,16 +21,6 @@ FIXTURES = ROOT / "tests" / "fixtures" / "real"
 # non-tie on one prompt (see docs/PERFORMANCE.md).
 MODELS = ["smollm2-135m-instruct-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"]
 GREEDY_MODELS = ["smollm2-135m-instruct-q4_1", "qwen2.5-coder-0.5b-instruct-q4_k_m"]
-
-
-def model_path(name):
-    out = subprocess.run([str(ROOT / "scripts" / "get-models.sh"), "--only", name], check=True,
-                         capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        n, _, p = line.partition("\t")
-        if n == name:
-            return Path(p)
-    raise AssertionError(f"get-models.sh did not install {name}: {out!r}")
 
 
 def fixture(name):
@@ -44,7 +35,7 @@ def ember(*args, timeout=900):
 
 def checked_model(name):
     fx = fixture(name)
-    path = model_path(name)
+    path = real_model_path(name)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == fx["model_sha256"], f"{path} is not the file the fixture was made from"
     return path, fx
