@@ -3,6 +3,8 @@
 // {"error": {"message", "type", "param", "code"}} with an HTTP status. ApiResult<T> carries either
 // a value or an ApiError across the server's parsing and preparation steps (Result<T> has no
 // room for the status and the offending parameter that clients rely on).
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 #include <variant>
@@ -43,6 +45,15 @@ struct ApiError {
     e.type = "service_unavailable_error";
     e.message = std::move(message);
     e.retry_after_s = retry_after_s;
+    return e;
+  }
+  // A request aborted by --request-timeout.
+  static ApiError request_timeout(double timeout_s) {
+    ApiError e;
+    e.status = 408;
+    e.type = "timeout_error";
+    e.code = "request_timeout";
+    e.message = fmt::format("the request did not finish within {} s (--request-timeout) and was aborted", timeout_s);
     return e;
   }
   static ApiError internal(std::string message) {

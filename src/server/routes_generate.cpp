@@ -134,13 +134,7 @@ void respond_full(ServerState& s, JobSetup& setup, httplib::Response& res) {
       fold(job.abort(FinishReason::kAbort));
       job.set_end_cause("timeout");
       s.metrics.count_timeout();
-      ApiError e;
-      e.status = 408;
-      e.type = "timeout_error";
-      e.code = "request_timeout";
-      e.message = fmt::format("the request did not finish within {} s (--request-timeout) and was aborted",
-                              s.config.request_timeout_s);
-      send_error(s, res, e);
+      send_error(s, res, ApiError::request_timeout(s.config.request_timeout_s));
       return;
     }
   }
@@ -209,13 +203,7 @@ bool stream_step(ServerState& s, StreamState& st, httplib::DataSink& sink) {
     append_updates(out, st, job.abort(FinishReason::kAbort));
     job.set_end_cause("timeout");
     s.metrics.count_timeout();
-    ApiError e;
-    e.status = 408;
-    e.type = "timeout_error";
-    e.code = "request_timeout";
-    e.message = fmt::format("the request did not finish within {} s (--request-timeout) and was aborted",
-                            s.config.request_timeout_s);
-    out += sse_event(error_json(e));
+    out += sse_event(error_json(ApiError::request_timeout(s.config.request_timeout_s)));
     end = true;
   }
   if (end && job.error().size() && job.end_cause().empty())
