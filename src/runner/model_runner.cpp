@@ -107,6 +107,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   r->kv_dtype_ = o.kv_dtype;
 #ifdef EMBER_HAVE_CUDA
   if (r->backend_->device() == Device::CUDA) {
+    if (o.kv_dtype == DType::I8)  // per-(slot, head) scales: CPU backend only
+      return Status::error("KV cache dtype int8 is not supported on CUDA (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
     r->cuda_ = cuda_step(*r->backend_);
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
     r->graphs_ = r->cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);

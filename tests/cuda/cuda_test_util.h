@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/half.h"
 #include "core/tensor.h"
+#include "quant/fp8.h"
 
 #include <gtest/gtest.h>
 
@@ -64,14 +65,20 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 inline float round_to(DType t, float x) {
   if (t == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
   if (t == DType::F16) return f16_to_f32(f32_to_f16(x));
+  if (t == DType::FP8_E4M3) return quant::fp8_e4m3_to_f32(quant::f32_to_fp8_e4m3(x));
+  if (t == DType::FP8_E5M2) return quant::fp8_e5m2_to_f32(quant::f32_to_fp8_e5m2(x));
   return x;
 }
 
-// Encodes floats as F32 / F16 / BF16 bytes.
+inline bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+
+// Encodes floats as F32 / F16 / BF16 / FP8 (unit scale, quant/fp8.h: the CPU cache's codec) bytes.
 inline std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * (t == DType::F32 ? 4 : 2));
+  std::vector<uint8_t> out(v.size() * (t == DType::F32 ? 4 : is_fp8(t) ? 1 : 2));
   for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::F32) {
+    if (is_fp8(t)) {
+      out[i] = t == DType::FP8_E4M3 ? quant::f32_to_fp8_e4m3(v[i]) : quant::f32_to_fp8_e5m2(v[i]);
+    } else if (t == DType::F32) {
       std::memcpy(out.data() + 4 * i, &v[i], 4);
     } else {
       const uint16_t h = t == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);

@@ -130,7 +130,14 @@ class AttnProblem {
       EXPECT_EQ(cuda::launch_paged_attention(a, kind, ws->data(), ws_bytes, sms, nullptr), cudaSuccess);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
-    return rel_error(download_floats(out.t), ref_);
+    last_ = download_floats(out.t);
+    return rel_error(last_, ref_);
+  }
+
+  // Auto kernel's output on this problem against another problem's reference.
+  double error_against(const AttnProblem& other) {
+    run({-1});
+    return rel_error(last_, other.ref_);
   }
 
  private:
@@ -175,6 +182,7 @@ class AttnProblem {
   int max_blocks_ = 0, n_blocks_ = 0, n_tokens_ = 0;
   std::vector<float> q_, k_, v_;
   std::vector<double> ref_;
+  std::vector<float> last_;
   DevTensor dk_, dv_, dq_;
 };
 
@@ -186,7 +194,9 @@ constexpr int kSimple = static_cast<int>(cuda::AttnKernel::Simple);
 double tolerance(const AttnCase& c, int kind) {
   const bool mma = kind != kSimple && cuda::attention_mma_supported(c.kv, c.head_dim);
   if (!mma) return 1e-5;                   // F32 math on the stored values
-  return c.kv == DType::BF16 ? 1.5e-2 : 3e-3;  // Q and P rounded to BF16 / F16 for the MMAs
+  // Q and P rounded to BF16 / F16 for the MMAs (FP8 K/V is widened to F16 exactly; the
+  // reference reads the same FP8 values, as the CPU backend does).
+  return c.kv == DType::BF16 ? 1.5e-2 : 3e-3;
 }
 
 void check(const AttnCase& c, const std::vector<Run>& runs, uint32_t seed) {
@@ -237,6 +247,42 @@ TEST(CudaAttention, FallbackF32AndOddHeadDim) {
   for (DType kv : {DType::F32, DType::BF16}) {
     AttnCase c{6, 3, 96, 16, kv, {{1, 100}, {20, 50}}};
     check(c, {{kAuto}, {kSimple}}, 6);
+  }
+}
+
+// FP8 K/V (e4m3, e5m2; unit scale as the CPU cache stores it without scales): every kernel on
+// mixed batches against the reference over the decoded FP8 values (what the CPU backend's
+// attention computes), odd block sizes, GQA 1/4/8, window + soft-cap, both head dims.
+TEST(CudaAttention, Fp8KvAllKernels) {
+  SKIP_WITHOUT_GPU();
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
+    check(AttnCase{8, 2, 128, 16, kv, {{1, 1}, {1, 17}, {1, 300}, {1, 777}, {1, 1500}}},
+          {{kAuto}, {kDecode}, {kDecode, 1}, {kDecode, 3}, {kDecode, 0, 3}, {kDecode, 5, 2}, {kSimple}, {kPrefill}},
+          11);
+    check(AttnCase{8, 2, 64, 16, kv, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}},
+          {{kAuto}, {kDecode}, {kDecode, 0, 2}, {kPrefill}, {kPrefill, 0, 2, 4}, {kPrefill, 0, 2, 8}, {kSimple}}, 12);
+    check(AttnCase{8, 2, 128, 16, kv, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}, 100, 30.0f},
+          {{kAuto}, {kDecode}, {kDecode, 5}, {kPrefill}, {kPrefill, 0, 2, 4}, {kSimple}}, 13);
+    check(AttnCase{4, 4, 64, 7, kv, {{1, 50}, {70, 70}, {2, 130}}},
+          {{kAuto}, {kDecode}, {kDecode, 0, 3}, {kPrefill}, {kPrefill, 0, 2, 4}, {kSimple}}, 14);
+    check(AttnCase{16, 2, 128, 32, kv, {{2, 600}, {1, 33}, {65, 65}, {300, 301}}},
+          {{kAuto}, {kDecode}, {kPrefill}, {kPrefill, 0, 2, 4}}, 15);
+    check(AttnCase{6, 3, 96, 16, kv, {{1, 100}, {20, 50}}}, {{kAuto}, {kSimple}}, 16);
+  }
+}
+
+// The FP8 cache against the unquantized one: the error is the format's (e4m3 3 mantissa bits,
+// e5m2 2), not more. Values of +-1 quantize to <= 2^-4 (e4m3) / 2^-3 (e5m2) relative error.
+TEST(CudaAttention, Fp8KvErrorWithinFormat) {
+  SKIP_WITHOUT_GPU();
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
+    AttnCase c{8, 2, 128, 16, kv, {{1, 900}, {5, 333}, {100, 257}}};
+    AttnCase exact = c;
+    exact.kv = DType::F32;
+    AttnProblem fp8(c, 21), f32(exact, 21);  // same seed: same K/V/Q before rounding
+    const double err = fp8.error_against(f32);
+    EXPECT_LT(err, kv == DType::FP8_E4M3 ? 0.05 : 0.1) << dtype_name(kv);
+    EXPECT_GT(err, 1e-4) << dtype_name(kv) << ": suspiciously exact for an FP8 cache";
   }
 }
 

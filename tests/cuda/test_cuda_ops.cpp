@@ -144,7 +144,7 @@ TEST(CudaOps, KvStoreAllCacheDtypesSkipsNegativeSlots) {
   const int64_t row = hkv * hd;
   std::vector<int32_t> slots = {0, 17, -1, 79, 33, 5, -1, 64, 2};
   auto k = random_floats(n * row, 10), v = random_floats(n * row, 11);
-  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2}) {
     DevTensor dk = dev_floats(k, {n, hkv, hd}), dv = dev_floats(v, {n, hkv, hd});
     DevTensor ck = dev_tensor(t, {n_blocks, bs, hkv, hd}), cv = dev_tensor(t, {n_blocks, bs, hkv, hd});
     // Start from zeros so untouched slots are recognizable.
@@ -160,14 +160,58 @@ TEST(CudaOps, KvStoreAllCacheDtypesSkipsNegativeSlots) {
       Tensor cache = which == 0 ? ck.t : cv.t;
       Tensor as_rows = make_tensor(cache.data, t, {n_blocks * bs, row}, Device::CUDA);
       DevTensor got = dev_tensor(DType::F32, {n_blocks * bs, row});
-      backend()->get_rows(as_rows, all.data(), n_blocks * bs, got.t);
       std::vector<double> ref(static_cast<size_t>(n_blocks * bs * row), 0.0);
       const auto& src = which == 0 ? k : v;
       for (int i = 0; i < n; ++i)
         if (slots[i] >= 0)
           for (int64_t j = 0; j < row; ++j) ref[slots[i] * row + j] = round_to(t, src[i * row + j]);
+      if (is_fp8(t)) {  // no get_rows of FP8 tables: compare bytes
+        std::vector<uint8_t> bytes(cache.nbytes());
+        backend()->download(bytes.data(), cache.data, bytes.size());
+        std::vector<uint8_t> want(bytes.size(), 0);
+        for (int i = 0; i < n; ++i)
+          if (slots[i] >= 0)
+            for (int64_t j = 0; j < row; ++j)
+              want[slots[i] * row + j] = encode(t, {src[i * row + j]})[0];
+        EXPECT_EQ(bytes, want) << dtype_name(t) << (which ? " v" : " k");
+        continue;
+      }
+      backend()->get_rows(as_rows, all.data(), n_blocks * bs, got.t);
       EXPECT_LT(rel_error(download_floats(got.t), ref), 1e-7) << dtype_name(t) << (which ? " v" : " k");
     }
+  }
+}
+
+// FP8 cache bytes are the CPU codec's (quant/fp8.h) for every value class: normals,
+// subnormals, ties, e4m3 saturation at +-448, e5m2 overflow to +-inf, NaN.
+TEST(CudaOps, KvStoreFp8MatchesCpuCodec) {
+  SKIP_WITHOUT_GPU();
+  const int hkv = 2, hd = 64, n = 64, bs = 16, n_blocks = 4;
+  const int64_t row = hkv * hd;
+  std::vector<float> vals = random_floats(n * row, 31, -600.0f, 600.0f);
+  auto small = random_floats(n * row, 32, -0.02f, 0.02f);
+  for (size_t i = 0; i < vals.size(); i += 3) vals[i] = small[i];
+  for (size_t i = 1; i < vals.size(); i += 7) vals[i] = std::ldexp(small[i], -8);  // subnormals
+  const float specials[] = {448.0f, 464.0f, -1e6f, 57344.0f, 61440.0f, 70000.0f, -INFINITY, NAN, 0.0f, -0.0f,
+                            1.0625f, 1.1875f, 3.0e-3f, 1.953125e-3f};  // includes ties
+  for (size_t i = 0; i < std::size(specials); ++i) vals[5 * i + 2] = specials[i];
+  std::vector<int32_t> slots(n);
+  for (int i = 0; i < n; ++i) slots[i] = i;
+  for (DType t : {DType::FP8_E4M3, DType::FP8_E5M2}) {
+    auto decode = [t](uint8_t b) { return t == DType::FP8_E4M3 ? quant::fp8_e4m3_to_f32(b) : quant::fp8_e5m2_to_f32(b); };
+    DevTensor dk = dev_floats(vals, {n, hkv, hd}), dv = dev_floats(vals, {n, hkv, hd});
+    DevTensor ck = dev_tensor(t, {n_blocks, bs, hkv, hd}), cv = dev_tensor(t, {n_blocks, bs, hkv, hd});
+    KvLayer kv{ck.t, cv.t, nullptr, nullptr, bs};
+    backend()->kv_store(kv, dk.t, dv.t, slots.data());
+    std::vector<uint8_t> got(ck.t.nbytes());
+    backend()->download(got.data(), ck.t.data, got.size());
+    const auto want = encode(t, vals);
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i] && !(std::isnan(vals[i]) && std::isnan(decode(got[i])))) {
+        if (bad++ < 5) ADD_FAILURE() << dtype_name(t) << " value " << vals[i] << ": got 0x" << std::hex << int(got[i]) << " want 0x" << int(want[i]) << std::dec;
+      }
+    EXPECT_EQ(bad, 0u) << dtype_name(t);
   }
 }
 

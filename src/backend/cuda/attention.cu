@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace ember::cuda {
 
@@ -46,27 +47,48 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * (D / 8) + (chunk ^ (row & 7));
 }
 
+// FP8 K/V in the kernels' template argument kFp8.
+constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2;
+
+// Shared memory of one block: 16-bit tiles (Q, and kStages K/V stages; FP8: 2 K/V slots with
+// Q over the second, plus kStages stages of the raw FP8 tiles).
+size_t smem_bytes(int rows, int stages, int D, bool fp8) {
+  if (fp8) return static_cast<size_t>(2 * 2 * kTileKeys) * D * 2 + static_cast<size_t>(2 * stages * kTileKeys) * D;
+  return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
+}
+
 // kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
-// kSoftcap: logit soft-capping compiled in (tanh per score) or out.
-template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap>
+// kSoftcap: logit soft-capping compiled in (tanh per score) or out. kFp8: the cache holds
+// e4m3 / e5m2 bytes (T is then __half) instead of T.
+template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8>
 __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launch L) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kRows = kDecode ? kDecodeRows : 16 * kWarps;
-  constexpr int kCh = D / 8;                  // 16-byte chunks per row
+  constexpr int kCh = D / 8;                  // 16-byte chunks per row of 16-bit values
+  constexpr bool kIsFp8 = kFp8 != kKvNative;
+  using S = std::conditional_t<kIsFp8, uint8_t, T>;  // stored element
+  constexpr int kLCh = D * static_cast<int>(sizeof(S)) / 16;  // 16-byte chunks per cache row
+  constexpr int kChElems = 16 / static_cast<int>(sizeof(S));
   constexpr int kWarpKeys = kDecode ? 16 : kTileKeys;  // keys of a tile one warp handles
   constexpr int kNtS = kWarpKeys / 8;         // score n-tiles per warp
   constexpr int kNtO = D / 8;                 // output n-tiles
   constexpr int kKs = D / 16;                 // k-steps of Q K^T
-  constexpr int kKeysPerPass = kThreads / kCh;
+  constexpr int kKeysPerPass = kThreads / kLCh;
   constexpr int kPasses = kTileKeys / kKeysPerPass;
   static_assert(kTileKeys % kKeysPerPass == 0 && kCh >= 8 && kStages >= 2);
   static_assert(!kDecode || kWarps == kDecodeWarps);
+  static_assert(!kIsFp8 || (std::is_same_v<T, __half> && kRows <= 2 * kTileKeys));
 
   const PagedAttnArgs& a = L.a;
   extern __shared__ uint4 smem[];
-  uint4* s_q = smem;                         // [kRows][kCh]
-  uint4* s_k = s_q + kRows * kCh;                  // [kStages][kTileKeys][kCh]
-  uint4* s_v = s_k + kStages * kTileKeys * kCh;    // [kStages][kTileKeys][kCh]
+  // 16-bit tiles: [kRows][kCh] Q, then K and V stages [kStages][kTileKeys][kCh] each. FP8:
+  // two slots of (K [kTileKeys][kCh], V [kTileKeys][kCh]) with Q over slot 1 (read into
+  // registers before slot 1 is first written), then the raw stages
+  // [kStages][K, V][kTileKeys][kLCh], each chunk read only by the thread that copied it.
+  uint4* s_q = kIsFp8 ? smem + 2 * kTileKeys * kCh : smem;
+  uint4* s_k = kIsFp8 ? smem : s_q + kRows * kCh;
+  uint4* s_v = s_k + kStages * kTileKeys * kCh;  // (not used with FP8)
+  uint4* s_raw = smem + 4 * kTileKeys * kCh;     // FP8 only
 
   pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
   pdl_launch_dependents();
@@ -112,12 +134,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // found without divisions in the loop: (tile start) / block_size is carried from tile to
   // tile, and each thread's in-tile offsets are divided once. Block ids of a tile are loaded
   // one iteration before its copy is issued, so the copy never waits on the table.
-  const int my_c = threadIdx.x % kCh, my_key = threadIdx.x / kCh;
+  const int my_c = threadIdx.x % kLCh, my_key = threadIdx.x / kLCh;
   const int bs = a.block_size;
   const int32_t* bt = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
   const size_t slot_stride = static_cast<size_t>(a.n_kv_heads) * D;  // elements per cache slot
-  const T* k_base = static_cast<const T*>(a.k) + static_cast<size_t>(kh) * D + my_c * 8;
-  const T* v_base = static_cast<const T*>(a.v) + static_cast<size_t>(kh) * D + my_c * 8;
+  const S* k_base = static_cast<const S*>(a.k) + static_cast<size_t>(kh) * D + my_c * kChElems;
+  const S* v_base = static_cast<const S*>(a.v) + static_cast<size_t>(kh) * D + my_c * kChElems;
   int kq[kPasses], kr[kPasses];  // in-tile key offset of each pass, divided by block size
 #pragma unroll
   for (int ps = 0; ps < kPasses; ++ps) {
@@ -153,9 +175,32 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
       const int kt = ps * kKeysPerPass + my_key;  // key within the tile
       const bool valid = blk[ps] >= 0;  // keys past kv_hi become zeros (masked, never NaN)
       const size_t slot = valid ? static_cast<size_t>(blk[ps]) * bs + off[ps] : 0;
-      const int o = stage * kTileKeys * kCh + swz<D>(kt, my_c);
-      cp_async_16(s_k + o, k_base + slot * slot_stride, valid);
-      cp_async_16(s_v + o, v_base + slot * slot_stride, valid);
+      if constexpr (kIsFp8) {
+        uint4* r = s_raw + (stage * 2 * kTileKeys + kt) * kLCh + my_c;
+        cp_async_16(r, k_base + slot * slot_stride, valid);
+        cp_async_16(r + kTileKeys * kLCh, v_base + slot * slot_stride, valid);
+      } else {
+        const int o = stage * kTileKeys * kCh + swz<D>(kt, my_c);
+        cp_async_16(s_k + o, k_base + slot * slot_stride, valid);
+        cp_async_16(s_v + o, v_base + slot * slot_stride, valid);
+      }
+    }
+  };
+  // FP8: widens this thread's own chunks of raw stage `stage` into 16-bit slot `slot` (its
+  // copies are complete after its cp.async wait; no other thread reads them).
+  auto widen = [&](int stage, int slot) {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const int kt = ps * kKeysPerPass + my_key;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        const uint4 r = s_raw[((stage * 2 + kv) * kTileKeys + kt) * kLCh + my_c];
+        const uint2 h0 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.x), h1 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.y);
+        const uint2 h2 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.z), h3 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.w);
+        uint4* dst = smem + (slot * 2 + kv) * kTileKeys * kCh;
+        dst[swz<D>(kt, 2 * my_c)] = make_uint4(h0.x, h0.y, h1.x, h1.y);
+        dst[swz<D>(kt, 2 * my_c + 1)] = make_uint4(h2.x, h2.y, h3.x, h3.y);
+      }
     }
   };
   // Prologue: tiles 0 .. kStages - 2 in flight, one commit group each (empty past the end,
@@ -211,6 +256,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   int stage = 0, issue_stage = kStages - 1;
   for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<kStages - 2>();
+    if constexpr (kIsFp8) widen(stage, t & 1);  // slot t & 1 was last read for tile t - 2
     __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
     if (t + kStages - 1 < n_tiles) {
       issue(issue_stage);  // into the stage tile t - 1 used
@@ -218,8 +264,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     }
     cp_async_commit();
     issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
-    const uint4* k_s = s_k + stage * kTileKeys * kCh;
-    const uint4* v_s = s_v + stage * kTileKeys * kCh;
+    const uint4* k_s = kIsFp8 ? smem + (t & 1) * 2 * kTileKeys * kCh : s_k + stage * kTileKeys * kCh;
+    const uint4* v_s = kIsFp8 ? k_s + kTileKeys * kCh : s_v + stage * kTileKeys * kCh;
     stage = stage + 1 == kStages ? 0 : stage + 1;
     const int key0 = t_begin + t * kTileKeys + key_off;
 
@@ -418,20 +464,16 @@ __global__ void attn_merge_kernel(const Launch L) {
   }
 }
 
-size_t smem_bytes(int rows, int stages, int D) {
-  return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
-}
-
-template <typename T, int D, bool kDecode, int kWarps, int kStages>
+template <typename T, int D, bool kDecode, int kWarps, int kStages, int kFp8>
 cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  auto kernel = L.a.softcap > 0.0f ? paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true>
-                                   : paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false>;
-  const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D);
+  auto kernel = L.a.softcap > 0.0f ? paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>
+                                   : paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>;
+  const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D, kFp8 != kKvNative);
   // Once per kernel (never inside a graph capture).
   static const cudaError_t attr[2] = {
-      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false>,
+      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true>,
+      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
   if (attr[0] != cudaSuccess) return attr[0];
   if (attr[1] != cudaSuccess) return attr[1];
@@ -440,32 +482,39 @@ cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
 
 // Instantiated configurations (others measured slower on an H200; see docs/CUDA_NOTES.md):
 // decode 2 or 3 stages, prefill 4 or 8 warps with 2 stages.
-template <typename T, int D>
+template <typename T, int D, int kFp8>
 cudaError_t launch_mma_cfg(const Launch& L, bool decode, int warps, int stages, dim3 grid,
                            cudaStream_t stream) {
   if (decode) {
     switch (stages) {
-      case 2: return launch_mma<T, D, true, kDecodeWarps, 2>(L, grid, stream);
-      case 3: return launch_mma<T, D, true, kDecodeWarps, 3>(L, grid, stream);
+      case 2: return launch_mma<T, D, true, kDecodeWarps, 2, kFp8>(L, grid, stream);
+      case 3: return launch_mma<T, D, true, kDecodeWarps, 3, kFp8>(L, grid, stream);
       default: return cudaErrorInvalidValue;
     }
   }
   if (stages != 2) return cudaErrorInvalidValue;
-  if (warps == 4) return launch_mma<T, D, false, 4, 2>(L, grid, stream);
-  if (warps == 8) return launch_mma<T, D, false, 8, 2>(L, grid, stream);
+  if (warps == 4) return launch_mma<T, D, false, 4, 2, kFp8>(L, grid, stream);
+  if (warps == 8) return launch_mma<T, D, false, 8, 2, kFp8>(L, grid, stream);
   return cudaErrorInvalidValue;
+}
+
+template <int D>
+cudaError_t launch_mma_dim(const Launch& L, bool decode, int warps, int stages, dim3 grid,
+                           cudaStream_t stream) {
+  switch (L.a.kv_type) {
+    case DType::BF16: return launch_mma_cfg<__nv_bfloat16, D, kKvNative>(L, decode, warps, stages, grid, stream);
+    case DType::F16: return launch_mma_cfg<__half, D, kKvNative>(L, decode, warps, stages, grid, stream);
+    case DType::FP8_E4M3: return launch_mma_cfg<__half, D, kKvE4M3>(L, decode, warps, stages, grid, stream);
+    case DType::FP8_E5M2: return launch_mma_cfg<__half, D, kKvE5M2>(L, decode, warps, stages, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, dim3 grid,
                            cudaStream_t stream) {
-  const bool bf16 = L.a.kv_type == DType::BF16;
   switch (L.a.head_dim) {
-    case 64:
-      return bf16 ? launch_mma_cfg<__nv_bfloat16, 64>(L, decode, warps, stages, grid, stream)
-                  : launch_mma_cfg<__half, 64>(L, decode, warps, stages, grid, stream);
-    case 128:
-      return bf16 ? launch_mma_cfg<__nv_bfloat16, 128>(L, decode, warps, stages, grid, stream)
-                  : launch_mma_cfg<__half, 128>(L, decode, warps, stages, grid, stream);
+    case 64: return launch_mma_dim<64>(L, decode, warps, stages, grid, stream);
+    case 128: return launch_mma_dim<128>(L, decode, warps, stages, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -499,8 +548,14 @@ void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* split
 
 }  // namespace
 
+bool cuda_kv_dtype_supported(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+}
+
 bool attention_mma_supported(DType kv_type, int head_dim) {
-  return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128);
+  return (kv_type == DType::BF16 || kv_type == DType::F16 || kv_type == DType::FP8_E4M3 ||
+          kv_type == DType::FP8_E5M2) &&
+         (head_dim == 64 || head_dim == 128);
 }
 
 AttnKernel attention_pick(const PagedAttnArgs& a) {

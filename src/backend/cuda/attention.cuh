@@ -10,7 +10,10 @@
 //  - Prefill: FlashAttention-2-style tiled kernel, 128 (or 64) packed rows per block, 16 per
 //    warp, 64-key tiles streamed through shared-memory stages with cp.async.
 //  - Simple: one warp per (token, head), any K/V dtype and head_dim <= 256; the fallback.
-// The tensor-core kernels take BF16 or F16 K/V with head_dim 64 or 128.
+// The tensor-core kernels take BF16, F16, FP8_E4M3 or FP8_E5M2 K/V with head_dim 64 or 128.
+// FP8 K/V (unit scale, the CPU cache's encoding without scales) is copied to shared memory as
+// bytes, and each thread widens the chunks it copied itself to F16 (exact) in a second,
+// two-slot tile buffer before the block's barrier; Q and P are rounded to F16 for the MMAs.
 #include "core/dtype.h"
 
 #include <cuda_runtime.h>
@@ -57,6 +60,8 @@ struct PagedAttnArgs {
   bool fill_gpu = false;
 };
 
+// K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales).
+bool cuda_kv_dtype_supported(DType kv_type);
 bool attention_mma_supported(DType kv_type, int head_dim);
 bool attention_simple_supported(DType kv_type, int head_dim);
 

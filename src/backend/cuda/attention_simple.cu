@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_simple_kernel(const Pa
 }  // namespace
 
 bool attention_simple_supported(DType kv_type, int head_dim) {
-  return (kv_type == DType::F32 || kv_type == DType::F16 || kv_type == DType::BF16) &&
+  return (kv_type == DType::F32 || kv_type == DType::F16 || kv_type == DType::BF16 ||
+          kv_type == DType::FP8_E4M3 || kv_type == DType::FP8_E5M2) &&
          head_dim > 0 && head_dim <= 32 * kMaxDimPerLane;
 }
 
@@ -88,6 +89,8 @@ cudaError_t launch_paged_attention_simple(const PagedAttnArgs& a, cudaStream_t s
     case DType::BF16:
       paged_attn_simple_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a);
       break;
+    case DType::FP8_E4M3: paged_attn_simple_kernel<Fp8E4M3><<<grid, kWarps * 32, 0, stream>>>(a); break;
+    case DType::FP8_E5M2: paged_attn_simple_kernel<Fp8E5M2><<<grid, kWarps * 32, 0, stream>>>(a); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

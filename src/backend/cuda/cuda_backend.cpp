@@ -444,6 +444,9 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
   require(v, DType::F32, "kv_store v");
   EMBER_CHECK(kv.k.device == Device::CUDA && kv.v.device == Device::CUDA && kv.k.dtype == kv.v.dtype,
               "kv_store: cache must be CUDA tensors of one dtype");
+  EMBER_CHECK(cuda_kv_dtype_supported(kv.k.dtype) && !kv.k_scales && !kv.v_scales,
+              "kv_store: {} K/V cache{} not supported on CUDA (F32/F16/BF16/FP8_E4M3/FP8_E5M2 without scales)",
+              dtype_name(kv.k.dtype), kv.k_scales ? " with scales" : "");
   const int64_t n = k.dim(0);
   const int64_t row = kv.k.dim(2) * kv.k.dim(3);  // n_kv_heads * head_dim
   EMBER_CHECK(k.numel() == n * row && v.numel() == n * row, "kv_store: k {} v {} cache {}",
@@ -492,8 +495,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   flush();
   require(q, DType::F32, "attention q");
   require(out, DType::F32, "attention out");
-  EMBER_CHECK(kv.k.device == Device::CUDA && kv.k.dtype == kv.v.dtype && !kv.k_scales,
-              "attention: cache must be CUDA tensors of one float dtype");
+  EMBER_CHECK(kv.k.device == Device::CUDA && kv.k.dtype == kv.v.dtype && !kv.k_scales && !kv.v_scales &&
+                  cuda_kv_dtype_supported(kv.k.dtype),
+              "attention: cache must be CUDA tensors of one dtype of F32/F16/BF16/FP8 (no scales), not {}",
+              dtype_name(kv.k.dtype));
   EMBER_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && kv.k.dim(2) == p.n_kv_heads &&
                   kv.k.dim(3) == p.head_dim && kv.k.dim(1) == kv.block_size,
               "attention: params do not match cache {}", shape_string(kv.k));

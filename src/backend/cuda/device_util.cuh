@@ -3,6 +3,7 @@
 // headers next to them stay plain C++ so host code compiled by g++ can include them).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,6 +30,47 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// FP8 K/V cache elements (OCP e4m3 "fn" and e5m2), stored as plain bytes. Encoding matches
+// quant/fp8.h (the CPU backend's cache codec): round to nearest even; e4m3 saturates to
+// +-448 (it has no infinity), e5m2 overflows to +-inf like an IEEE format.
+struct Fp8E4M3 {
+  uint8_t b;
+};
+struct Fp8E5M2 {
+  uint8_t b;
+};
+template <>
+__device__ __forceinline__ float to_float<Fp8E4M3>(Fp8E4M3 v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v.b, __NV_E4M3)));
+}
+template <>
+__device__ __forceinline__ float to_float<Fp8E5M2>(Fp8E5M2 v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v.b, __NV_E5M2)));
+}
+template <>
+__device__ __forceinline__ Fp8E4M3 from_float<Fp8E4M3>(float v) {
+  return Fp8E4M3{__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)};
+}
+template <>
+__device__ __forceinline__ Fp8E5M2 from_float<Fp8E5M2>(float v) {
+  return Fp8E5M2{__nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E5M2)};
+}
+
+// Four fp8 values in one 32-bit word (element 0 in the low byte) -> four halves in two words
+// (element 0 in the low half of the first). Exact: every e4m3 / e5m2 value is a half.
+template <bool kE4M3>
+__device__ __forceinline__ uint2 fp8x4_to_half4(uint32_t w) {
+  if constexpr (kE4M3) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3);
+    return make_uint2(static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(lo.y) << 16),
+                      static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16));
+  } else {
+    // An e5m2 byte is the top byte of the half with the same value.
+    return make_uint2(__byte_perm(w, 0u, 0x1404), __byte_perm(w, 0u, 0x3424));
+  }
 }
 
 // Two bf16 packed in one 32-bit word -> two floats (a bf16 is the top half of a float).

@@ -134,6 +134,8 @@ cudaError_t launch_rope_kv_store(const RopeKvStoreArgs& a, cudaStream_t stream, 
     case DType::F32: return rope_kv_store_typed<float>(a, stream, pdl);
     case DType::F16: return rope_kv_store_typed<__half>(a, stream, pdl);
     case DType::BF16: return rope_kv_store_typed<__nv_bfloat16>(a, stream, pdl);
+    case DType::FP8_E4M3: return rope_kv_store_typed<Fp8E4M3>(a, stream, pdl);
+    case DType::FP8_E5M2: return rope_kv_store_typed<Fp8E5M2>(a, stream, pdl);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -147,6 +149,8 @@ cudaError_t launch_kv_store2(const float* k, const float* v, const int32_t* slot
     case DType::F16: return kv_store_typed<__half>(k, v, slots, n, row, k_cache, v_cache, stream, pdl);
     case DType::BF16:
       return kv_store_typed<__nv_bfloat16>(k, v, slots, n, row, k_cache, v_cache, stream, pdl);
+    case DType::FP8_E4M3: return kv_store_typed<Fp8E4M3>(k, v, slots, n, row, k_cache, v_cache, stream, pdl);
+    case DType::FP8_E5M2: return kv_store_typed<Fp8E5M2>(k, v, slots, n, row, k_cache, v_cache, stream, pdl);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -13,7 +13,8 @@ cudaError_t launch_get_rows(const void* table, DType table_type, const int32_t* 
                             int64_t d, float* out, cudaStream_t stream, bool pdl = false);
 
 // cache[slots[i]] = src[i] for one of K or V.   src [n, row] F32; cache [n_slots, row] of
-// cache_type (F32/F16/BF16), row = n_kv_heads * head_dim; slots [n] device, < 0 skipped.
+// cache_type (F32/F16/BF16, or FP8_E4M3/FP8_E5M2 with unit scale: the CPU cache's
+// encoding when it has no scales), row = n_kv_heads * head_dim; slots [n] device, < 0 skipped.
 cudaError_t launch_kv_store(const float* src, const int32_t* slots, int n, int64_t row,
                             void* cache, DType cache_type, cudaStream_t stream);
 // K and V of one step in one launch (v / v_cache may be null: K only).   pdl: launch as a
