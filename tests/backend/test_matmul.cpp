@@ -165,6 +165,38 @@ TEST_P(MatmulTest, WideOutput) {
   }
 }
 
+TEST_P(MatmulTest, FewPanelsMatchManyPanelsBitForBit) {
+  // Up to two panels of 16 rows take the fused kernels (weights read raw, signed panels),
+  // more take the decoded-column path; both compute the same integer sums in the same float
+  // order, so each row's output must not depend on how many rows came with it.
+  uint64_t seed = 300;
+  for (DType t : kAllDtypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Rng rng(seed++);
+    const int64_t m = 77, k = 32 * 24, n_many = 70;
+    auto wbytes = random_weights(rng, t, m, k);
+    auto x = rng.normals(static_cast<size_t>(n_many * k));
+    auto bias = rng.normals(static_cast<size_t>(m));
+    Tensor tw = make_tensor(wbytes.data(), t, {m, k});
+    Tensor tb = f32_tensor(bias, {m});
+    auto many = poisoned(static_cast<size_t>(n_many * m));
+    Tensor tmany = f32_tensor(many, {n_many, m});
+    Tensor tx_many = f32_tensor(x, {n_many, k});
+    backend_->matmul(tx_many, tw, &tb, tmany);
+    for (int64_t n : {8, 16, 23, 32}) {
+      std::vector<float> xs(x.begin(), x.begin() + n * k);
+      auto few = poisoned(static_cast<size_t>(n * m));
+      Tensor tx = f32_tensor(xs, {n, k});
+      Tensor tfew = f32_tensor(few, {n, m});
+      backend_->matmul(tx, tw, &tb, tfew);
+      for (int64_t i = 0; i < n * m; ++i)
+        ASSERT_EQ(std::memcmp(&few[static_cast<size_t>(i)], &many[static_cast<size_t>(i)], 4), 0)
+            << "n=" << n << " row " << i / m << " col " << i % m << ": " << few[static_cast<size_t>(i)] << " vs "
+            << many[static_cast<size_t>(i)];
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, MatmulTest, testing::ValuesIn(backend_cases()), case_name);
 
 }  // namespace

@@ -59,32 +59,37 @@ def test_prompt_tokens_match_llamacpp(real_model):
 
 
 def test_greedy_continuation_matches_llamacpp(greedy_model):
-    """Token-identical greedy output; a divergence is only accepted where ember picked a token
-    that llama.cpp itself ranks as a near-tie (the two engines' quantized kernels round
-    differently, and ember's own AVX2 and AVX-512 kernels move Qwen2.5's logits by ~0.05 nats):
-    within 0.25 nats of llama.cpp's top logprob, and within 0.1 nats in the first 8 tokens.
-    Across all prompts at least half of the generated tokens must match before a divergence."""
+    """Greedy output, teacher-forced on llama.cpp's continuation: ember generates until it picks
+    a token other than llama.cpp's, then resumes from llama.cpp's prefix, so every one of the
+    positions is checked. A differing pick is only accepted where llama.cpp itself ranks it as a
+    near-tie (the two engines' quantized kernels round differently, and ember's own kernel paths
+    move Qwen2.5's logits by ~0.05-0.1 nats): within 0.25 nats of llama.cpp's top logprob
+    (0.1 in the first 8 tokens), and at most one position in 16 may differ."""
     path, fx = greedy_model
-    matched = total = 0
+    differing = total = 0
     for p in fx["generation"]["prompts"]:
-        out = ember("run", "-m", path, "--prompt-ids", ",".join(map(str, p["prompt_ids"])), "-n",
-                    len(p["output_ids"]), "--temp", "0", "--ids", "--ignore-eos", "-t", "2")
-        got = [int(x) for x in out.strip().split(",") if x]
         want = p["output_ids"]
         total += len(want)
-        k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-        if k is None:
-            assert len(got) == len(want)
-            matched += len(want)
-            continue
-        matched += k
-        top = p["top_logprobs"][k]["top"]
-        ours = next((lp for tid, lp in top if tid == got[k]), -math.inf)
-        gap = top[0][1] - ours
-        assert gap < (0.25 if k >= 8 else 0.1), (
-            f"{p['prompt']!r}: diverged at token {k} (ember {got[k]}, llama.cpp {want[k]}, "
-            f"llama.cpp ranks ember's token {gap:.3f} nats below its top)")
-    assert matched >= total / 2, f"only {matched} of {total} greedy tokens equal llama.cpp's"
+        k0 = 0
+        while k0 < len(want):
+            ids = p["prompt_ids"] + want[:k0]
+            out = ember("run", "-m", path, "--prompt-ids", ",".join(map(str, ids)), "-n",
+                        len(want) - k0, "--temp", "0", "--ids", "--ignore-eos", "-t", "2")
+            got = [int(x) for x in out.strip().split(",") if x]
+            assert len(got) == len(want) - k0
+            k = next((k0 + i for i, (a, b) in enumerate(zip(got, want[k0:])) if a != b), None)
+            if k is None:
+                break
+            differing += 1
+            top = p["top_logprobs"][k]["top"]
+            ours = next((lp for tid, lp in top if tid == got[k - k0]), -math.inf)
+            gap = top[0][1] - ours
+            assert gap < (0.25 if k >= 8 else 0.1), (
+                f"{p['prompt']!r}: at token {k} ember picks {got[k - k0]}, llama.cpp {want[k]}, "
+                f"which llama.cpp ranks {gap:.3f} nats above ember's token")
+            k0 = k + 1
+    print(f"{path.name}: {differing} of {total} greedy picks differ")
+    assert differing * 16 <= total, f"{differing} of {total} greedy picks differ from llama.cpp's"
 
 
 def test_perplexity_within_one_percent_of_llamacpp(real_model):

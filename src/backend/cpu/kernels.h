@@ -70,6 +70,7 @@ struct GemmPanel {
   const uint8_t* qu = nullptr;  // [k / 4][16][4]
   const float* da = nullptr;    // [k / G][16]
   const float* dsum = nullptr;  // [k / G][16] (formats with mins only)
+  const int32_t* acorr = nullptr;  // [k / G][16] fused panels: -kOff * sum(q) of each row
 };
 // Layout of one decoded column: int8 w8[k]; float scale[k/G]; float minv[k/G]; int32 corr[k/G].
 size_t gemm_col_bytes(int64_t k, int group);
@@ -77,12 +78,23 @@ using DecodeColFn = void (*)(const uint8_t* wrow, int64_t k, uint8_t* col);
 // out[row, c] (row < valid_rows, c < nc) for one panel against nc decoded columns.
 using GemmMicroFn = void (*)(const GemmPanel& ap, const uint8_t* cols, size_t col_stride, int nc, int64_t k,
                              float* out, int64_t out_stride, int valid_rows);
+// Fused variant for few panels (a batched decode step): the panel keeps its values signed
+// (byte [g][row][t] = q[row][4g + t]) and the weights' own unsigned codes u (weight =
+// d * (u - kOff) or d * u + m) are the broadcast operand, read straight from the weight rows.
+// The offset then costs -kOff * sum(q) per row and group (GemmPanel::acorr), computed once
+// per panel, so no column is decoded into a buffer: each weight byte is touched once per
+// panel. Integer sums are the same as the decoded path's, so outputs are bit-identical.
+using GemmFusedFn = void (*)(const GemmPanel& ap, const uint8_t* w, size_t w_stride, int nc, int64_t k, float* out,
+                             int64_t out_stride, int valid_rows);
 struct GemmKernel {
   ActFormat act = ActFormat::Q8_32;  // activation rows the panels are built from
   int group = 0;          // G: 16 or 32
   bool has_min = false;   // weights carry a per-group offset (minv)
   DecodeColFn decode = nullptr;
   GemmMicroFn micro = nullptr;
+  GemmFusedFn fused = nullptr;  // null where the ISA has none
+  int fused_off = 0;            // kOff of the fused weight codes
+  int fused_min_rows = 0;       // rows from which the fused kernel beats the row tiles
 };
 
 struct KernelTable {

@@ -77,7 +77,8 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
   // Batch-invariant mode keeps one kernel per weight whatever the row count.
   const MatmulKernel& kern = n == 1 && !ctx.batch_invariant ? ctx.kt.matmul_stream[idx] : ctx.kt.matmul[idx];
   const GemmKernel& gk = ctx.kt.gemm[idx];
-  if (gk.decode && n >= kGemmMinRows && !ctx.batch_invariant) {
+  const int64_t gemm_min_rows = gk.fused ? gk.fused_min_rows : kGemmMinRows;
+  if (gk.decode && n >= gemm_min_rows && !ctx.batch_invariant) {
     run_panel_gemm(ctx, gk, gk.act, x.as<float>(), n, k, static_cast<const uint8_t*>(w.data), w.row_bytes(), m,
                    out.as<float>(), pbias);
     return;

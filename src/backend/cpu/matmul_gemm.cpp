@@ -19,27 +19,37 @@ size_t gemm_col_bytes(int64_t k, int group) {
 namespace {
 
 constexpr int64_t kColChunk = 48;  // decoded columns kept hot (L2) while panels stream by
+// Fused kernels re-read each weight row once per panel, the decoded path decodes it once per
+// call: fused wins while the panels are few (bench_kernels --n 16,32,48).
+constexpr int64_t kFusedMaxPanels = 2;
+constexpr int64_t kFusedColChunk = 64;  // weight rows handed out per claim
 
-size_t panel_bytes(int64_t k, int group, bool has_min) {
+// A panel: qu [k/4][16][4], da, dsum and acorr [k/G][16] (dsum, acorr unused by some formats).
+size_t panel_bytes(int64_t k, int group) {
   const size_t groups = static_cast<size_t>(k / group);
-  return static_cast<size_t>(k) * kGemmPanelRows + groups * kGemmPanelRows * 4 * (has_min ? 2 : 1);
+  return static_cast<size_t>(k) * kGemmPanelRows + groups * kGemmPanelRows * 4 * 3;
 }
 
 struct PanelBuffers {
   uint8_t* qu;
   float* da;
-  float* dsum;
+  float* dsum;     // null unless the weights have mins
+  int32_t* acorr;  // null unless fused with an offset
 };
 
-PanelBuffers panel_at(uint8_t* base, int64_t p, int64_t k, int group, bool has_min) {
-  uint8_t* b = base + static_cast<size_t>(p) * panel_bytes(k, group, has_min);
+PanelBuffers panel_at(uint8_t* base, int64_t p, int64_t k, int group, bool has_min, bool fused_off) {
+  uint8_t* b = base + static_cast<size_t>(p) * panel_bytes(k, group);
   auto* da = reinterpret_cast<float*>(b + static_cast<size_t>(k) * kGemmPanelRows);
-  return {b, da, has_min ? da + (k / group) * kGemmPanelRows : nullptr};
+  const int64_t per = (k / group) * kGemmPanelRows;
+  return {b, da, has_min ? da + per : nullptr, fused_off ? reinterpret_cast<int32_t*>(da + 2 * per) : nullptr};
 }
 
-// Interleaves quantized rows [row0, row0 + 16) (clamped to n - 1) into panel `pb`.
+// Interleaves quantized rows [row0, row0 + 16) (clamped to n - 1) into panel `pb`: values
+// biased to unsigned (+128) for the decoded path, left signed for the fused one (`fused`,
+// with acorr = -off * sum(q) when pb.acorr is set).
 void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t row0, int64_t n, int64_t k, int group,
-                 const PanelBuffers& pb) {
+                 bool fused, int off, const PanelBuffers& pb) {
+  const uint32_t bias = fused ? 0u : 0x80808080u;
   const int64_t ng = k / group;
   for (int i = 0; i < kGemmPanelRows; ++i) {
     const uint8_t* row = rows + static_cast<size_t>(std::min(row0 + i, n - 1)) * a_stride;
@@ -47,7 +57,7 @@ void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t ro
     for (int64_t g4 = 0; g4 < k / 4; ++g4) {
       uint32_t v;
       __builtin_memcpy(&v, row + 4 * g4, 4);
-      v ^= 0x80808080u;  // int8 q -> uint8 q + 128
+      v ^= bias;  // int8 q -> uint8 q + 128 (decoded path)
       __builtin_memcpy(pb.qu + (static_cast<size_t>(g4) * kGemmPanelRows + i) * 4, &v, 4);
     }
     if (fmt == ActFormat::Q8_32) {  // group == 32 == activation block
@@ -55,6 +65,7 @@ void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t ro
       for (int64_t g = 0; g < ng; ++g) {
         pb.da[g * kGemmPanelRows + i] = d[g];
         if (pb.dsum) pb.dsum[g * kGemmPanelRows + i] = d[g] * static_cast<float>(sum[g]);
+        if (pb.acorr) pb.acorr[g * kGemmPanelRows + i] = -off * sum[g];
       }
     } else {  // Q8_K: one scale per 256, sums per 16
       const auto* bsums = reinterpret_cast<const int16_t*>(d + k / 256);
@@ -64,6 +75,10 @@ void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t ro
         if (pb.dsum) {
           const int32_t s = group == 32 ? bsums[2 * g] + bsums[2 * g + 1] : bsums[g];
           pb.dsum[g * kGemmPanelRows + i] = da * static_cast<float>(s);
+        }
+        if (pb.acorr) {
+          const int32_t s = group == 32 ? bsums[2 * g] + bsums[2 * g + 1] : bsums[g];
+          pb.acorr[g * kGemmPanelRows + i] = -off * s;
         }
       }
     }
@@ -76,14 +91,18 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
                     const uint8_t* w, size_t w_stride, int64_t m, float* out, const float* bias) {
   const size_t a_stride = act_row_bytes(act, k);
   const int64_t n_panels = (n + kGemmPanelRows - 1) / kGemmPanelRows;
+  const bool fused = gk.fused != nullptr && n_panels <= kFusedMaxPanels;
   const size_t rows_bytes = static_cast<size_t>(n) * a_stride;
-  const size_t pbytes = panel_bytes(k, gk.group, gk.has_min);
+  const size_t pbytes = panel_bytes(k, gk.group);
   uint8_t* shared = ctx.shared_scratch.ensure(rows_bytes + static_cast<size_t>(n_panels) * pbytes + 64);
   uint8_t* rows = shared;
   uint8_t* panels = shared + (rows_bytes + 63) / 64 * 64;
   const size_t col_bytes = gemm_col_bytes(k, gk.group);
-  for (auto& s : ctx.thread_scratch) s.ensure(col_bytes * kColChunk);
+  if (!fused)
+    for (auto& s : ctx.thread_scratch) s.ensure(col_bytes * kColChunk);
   const QuantizeActFn quantize = act == ActFormat::Q8_K ? ctx.kt.quantize_q8_k : ctx.kt.quantize_q8_32;
+  const bool with_acorr = fused && gk.fused_off != 0;
+  auto panel = [&](int64_t p) { return panel_at(panels, p, k, gk.group, gk.has_min, with_acorr); };
 
   // Two runs, work handed out through counters: the end of a run is the barrier between
   // the phases, and a thread that is descheduled (a busy machine) just takes fewer items
@@ -94,11 +113,33 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
          p = next_panel.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t r0 = p * kGemmPanelRows, r1 = std::min(n, r0 + kGemmPanelRows);
       for (int64_t r = r0; r < r1; ++r) quantize(x + r * k, rows + static_cast<size_t>(r) * a_stride, k);
-      build_panel(rows, a_stride, act, r0, n, k, gk.group, panel_at(panels, p, k, gk.group, gk.has_min));
+      build_panel(rows, a_stride, act, r0, n, k, gk.group, fused, gk.fused_off, panel(p));
     }
   });
-  // Output columns in chunks of kColChunk against every panel; each weight row is decoded once.
+  auto add_bias = [&](int64_t c0, int nc) {
+    if (bias)
+      for (int64_t r = 0; r < n; ++r)
+        for (int c = 0; c < nc; ++c) out[r * m + c0 + c] += bias[c0 + c];
+  };
   std::atomic<int64_t> next_col{0};
+  if (fused) {  // weight rows straight from memory against every panel
+    ctx.pool.run([&](int, int) {
+      for (int64_t c0 = next_col.fetch_add(kFusedColChunk, std::memory_order_relaxed); c0 < m;
+           c0 = next_col.fetch_add(kFusedColChunk, std::memory_order_relaxed)) {
+        const int nc = static_cast<int>(std::min<int64_t>(kFusedColChunk, m - c0));
+        for (int64_t p = 0; p < n_panels; ++p) {
+          const PanelBuffers pb = panel(p);
+          const GemmPanel ap{pb.qu, pb.da, pb.dsum, pb.acorr};
+          const int64_t r0 = p * kGemmPanelRows;
+          const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
+          gk.fused(ap, w + static_cast<size_t>(c0) * w_stride, w_stride, nc, k, out + r0 * m + c0, m, valid);
+        }
+        add_bias(c0, nc);
+      }
+    });
+    return;
+  }
+  // Output columns in chunks of kColChunk against every panel; each weight row is decoded once.
   ctx.pool.run([&](int ith, int) {
     uint8_t* cols = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(col_bytes * kColChunk);
     for (int64_t c0 = next_col.fetch_add(kColChunk, std::memory_order_relaxed); c0 < m;
@@ -106,15 +147,13 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
       const int nc = static_cast<int>(std::min<int64_t>(kColChunk, m - c0));
       for (int c = 0; c < nc; ++c) gk.decode(w + static_cast<size_t>(c0 + c) * w_stride, k, cols + c * col_bytes);
       for (int64_t p = 0; p < n_panels; ++p) {
-        const PanelBuffers pb = panel_at(panels, p, k, gk.group, gk.has_min);
-        const GemmPanel ap{pb.qu, pb.da, pb.dsum};
+        const PanelBuffers pb = panel(p);
+        const GemmPanel ap{pb.qu, pb.da, pb.dsum, nullptr};
         const int64_t r0 = p * kGemmPanelRows;
         const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
         gk.micro(ap, cols, col_bytes, nc, k, out + r0 * m + c0, m, valid);
       }
-      if (bias)
-        for (int64_t r = 0; r < n; ++r)
-          for (int c = 0; c < nc; ++c) out[r * m + c0 + c] += bias[c0 + c];
+      add_bias(c0, nc);
     }
   });
 }
