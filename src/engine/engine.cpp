@@ -175,11 +175,40 @@ std::vector<RequestOutput> LlmEngine::step() {
     argmax_step = r != nullptr && is_plain_argmax(r->params, r->output().size());
   }
 
+  // Otherwise, every row one the device sampler takes (temperature / top-k / top-p / min-p):
+  // sample there; the uniform draws come from each request's random stream, as on the host.
+  bool device_sample_step = !argmax_step && executor_->can_execute_sample();
+  for (size_t i = 0; device_sample_step && i < so.samples.size(); ++i) {
+    const Request* r = scheduler_->find(so.samples[i].seq_id);
+    device_sample_step = r != nullptr && is_device_sampleable(r->params, r->output().size());
+  }
+  if (device_sample_step) {
+    sample_specs_.resize(so.samples.size());
+    for (size_t i = 0; i < so.samples.size(); ++i) {
+      Request* r = scheduler_->find(so.samples[i].seq_id);
+      const SamplingParams& p = r->params;
+      DeviceSampleSpec& s = sample_specs_[i];
+      s.logits_row = so.samples[i].logits_row;
+      s.greedy = p.is_greedy();
+      s.temperature = p.temperature;
+      s.top_k = p.top_k;
+      s.top_p = p.top_p;
+      s.min_p = p.min_p;
+      s.logprob = p.logprobs.has_value();
+      s.u = s.greedy ? 0.0 : uniform01(r->rng);  // the host Sampler's one draw per non-greedy pick
+    }
+  }
+
   Status st;
   if (!so.block_copies.empty()) st = executor_->copy_blocks(so.block_copies);
   {
     step_profile::Scope t_exec("engine: execute");
-    if (st.is_ok() && argmax_step) {
+    if (st.is_ok() && device_sample_step) {
+      st = executor_->execute_sample(so.batch, sample_specs_, device_sampled_);
+      if (st.is_ok() && device_sampled_.size() != sample_specs_.size())
+        st = Status::errorf("the executor returned {} sampled tokens, expected {}", device_sampled_.size(),
+                            sample_specs_.size());
+    } else if (st.is_ok() && argmax_step) {
       st = executor_->execute_argmax(so.batch, argmax_ids_);
       if (st.is_ok() && argmax_ids_.size() != so.batch.logit_rows.size())
         st = Status::errorf("the executor returned {} argmax ids, expected {}", argmax_ids_.size(),
@@ -206,7 +235,15 @@ std::vector<RequestOutput> LlmEngine::step() {
   }
   step_profile::Scope t_sample("engine: sample");
   std::vector<SampledToken> sampled;
-  if (argmax_step) {
+  if (device_sample_step) {
+    sampled.resize(so.samples.size());
+    for (size_t i = 0; i < so.samples.size(); ++i) {
+      sampled[i].token_id = device_sampled_[i].token_id;
+      if (sample_specs_[i].logprob)
+        sampled[i].logprobs = SampleLogprobs{device_sampled_[i].token_id, device_sampled_[i].logprob,
+                                             device_sampled_[i].rank, {}};
+    }
+  } else if (argmax_step) {
     sampled.resize(so.samples.size());
     for (size_t i = 0; i < so.samples.size(); ++i) {
       const int row = so.samples[i].logits_row;

@@ -89,6 +89,8 @@ class LlmEngine {
   std::unique_ptr<Sampler> sampler_;
   std::vector<float> logits_;
   std::vector<int32_t> argmax_ids_;  // execute_argmax results (greedy steps on the device)
+  std::vector<DeviceSampleSpec> sample_specs_;  // execute_sample rows (sampled steps on the device)
+  std::vector<DeviceSampled> device_sampled_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step()
   Status last_error_;
   struct Counters;

@@ -11,6 +11,27 @@
 
 namespace ember {
 
+// One logit row sampled where the logits are (ModelExecutor::execute_sample): the host
+// Sampler's rules (sample/sampler.cpp) for requests without bias, penalties or pending
+// min_tokens (is_device_sampleable). u: the uniform draw in [0, 1) the host took from the
+// request's random stream (greedy rows take none).
+struct DeviceSampleSpec {
+  int logits_row = 0;
+  bool greedy = false;
+  float temperature = 1.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  bool logprob = false;  // the raw log-softmax of the token and its rank
+  double u = 0.0;
+};
+
+struct DeviceSampled {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  int rank = 0;
+};
+
 struct KvCacheConfig {
   int n_blocks = 0;
   int block_size = 16;
@@ -37,6 +58,17 @@ class ModelExecutor {
     (void)batch;
     (void)token_ids;
     return Status::error("this executor has no execute_argmax");
+  }
+  // Non-greedy steps without the logits: execute_sample runs one step like execute and
+  // samples each spec's row on the device; out[i] is rows[i]'s token (same distribution as the
+  // host Sampler's; see DeviceSampleSpec).
+  virtual bool can_execute_sample() const { return false; }
+  virtual Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                                std::vector<DeviceSampled>& out) {
+    (void)batch;
+    (void)rows;
+    (void)out;
+    return Status::error("this executor has no execute_sample");
   }
   // Copies K/V of whole blocks (copy-on-write for forked sequences): pairs (src, dst).
   virtual Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;

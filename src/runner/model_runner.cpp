@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -117,6 +118,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
     const char* gs = std::getenv("EMBER_GPU_SAMPLE");
     r->device_argmax_ = r->cuda_ && r->model_->config().final_logit_softcap <= 0.0f &&
                         !(gs && std::strcmp(gs, "0") == 0);
+    const char* gr = std::getenv("EMBER_GPU_SAMPLE_ROWS");  // 0: sampled (non-greedy) steps on the host
+    r->device_sample_ = r->device_argmax_ && !(gr && std::strcmp(gr, "0") == 0);
   }
 #endif
   return r;
@@ -276,8 +279,43 @@ Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_
   return cuda_->argmax_rows(*out, token_ids.data());  // the one sync
 }
 
+Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                                   std::vector<DeviceSampled>& out) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (!device_sample_) return Status::error("execute_sample: not available on this runner");
+  ClearStepMetadata clear{cuda_};
+  Result<Tensor> logits = enqueue_cuda(batch);
+  if (!logits.is_ok()) return logits.status();
+  out.clear();
+  if (!logits->valid()) return rows.empty() ? Status::ok() : Status::error("execute_sample: no logit rows");
+  std::vector<cuda::DeviceSampleRow> dev(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const DeviceSampleSpec& s = rows[i];
+    cuda::DeviceSampleRow& d = dev[i];
+    d.logits_row = s.logits_row;
+    d.greedy = s.greedy;
+    // The host's apply_temperature / apply_min_p arithmetic, in the same float operations.
+    d.inv_temperature = (s.temperature == 1.0f || s.temperature <= 0.0f) ? 1.0f : 1.0f / s.temperature;
+    d.top_k = s.top_k;
+    d.top_p = s.top_p;
+    d.log_min_p = s.min_p > 0.0f ? std::log(s.min_p) : -INFINITY;
+    d.want_logprob = s.logprob;
+    d.u = s.u;
+  }
+  std::vector<cuda::DeviceSampleOut> res;
+  step_profile::Scope t("runner: sample + ids");
+  EMBER_RETURN_IF_ERROR(cuda_->sample_rows(*logits, dev, res));  // the one sync
+  out.resize(res.size());
+  for (size_t i = 0; i < res.size(); ++i) out[i] = {res[i].token, res[i].logprob, res[i].rank};
+  return Status::ok();
+}
+
 #else
 
+Status ModelRunner::execute_sample(const ForwardBatch&, const std::vector<DeviceSampleSpec>&,
+                                   std::vector<DeviceSampled>&) {
+  return Status::error("execute_sample needs CUDA");
+}
 Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
   return model_->forward(batch, kv_, logits);
 }

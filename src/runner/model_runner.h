@@ -53,6 +53,9 @@ class ModelRunner : public ModelExecutor {
   // On CUDA without final logit soft-capping (EMBER_GPU_SAMPLE=0 turns it off).
   bool can_execute_argmax() const override { return device_argmax_; }
   Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
+  bool can_execute_sample() const override { return device_sample_; }
+  Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                        std::vector<DeviceSampled>& out) override;
   Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
 
   const ModelConfig& config() const { return model_->config(); }
@@ -88,6 +91,7 @@ class ModelRunner : public ModelExecutor {
   CudaStep* cuda_ = nullptr;
   bool graphs_ = false;
   bool device_argmax_ = false;
+  bool device_sample_ = false;  // device_argmax_ unless EMBER_GPU_SAMPLE_ROWS=0
   struct GraphState {
     bool warm = false;    // one eager step of this shape has run
     bool failed = false;  // capture failed: this shape stays eager

@@ -62,6 +62,11 @@ class Sampler {
 // the logits are (ModelExecutor::execute_argmax) and the result is the same token.
 bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens);
 
+// Whether a device sampler (ModelExecutor::execute_sample) implements this request's pick:
+// temperature (or greedy), top_k, top_p, min_p and a logprob without top alternatives; no
+// logit bias, penalties or pending min_tokens suppression. The host rules below define it.
+bool is_device_sampleable(const SamplingParams& p, size_t n_output_tokens);
+
 // Raw-distribution logprobs of `token` with the top `n_top` alternatives (most likely first,
 // lower id first among ties). NaN logits count as -inf.
 SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top);

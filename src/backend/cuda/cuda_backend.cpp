@@ -108,6 +108,8 @@ CudaBackend::~CudaBackend() {
   if (iota_) cudaFree(iota_);
   if (argmax_dev_) cudaFree(argmax_dev_);
   if (argmax_host_) cudaFreeHost(argmax_host_);
+  if (sample_dev_) cudaFree(sample_dev_);
+  if (sample_host_) cudaFreeHost(sample_host_);
   if (meta_host_) cudaFreeHost(meta_host_);
   if (meta_event_) cudaEventDestroy(meta_event_);
   if (lt_ws_) cudaFree(lt_ws_);

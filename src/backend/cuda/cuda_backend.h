@@ -7,6 +7,7 @@
 // Beyond the Backend interface, CudaStep (below) is what a runner uses to run whole steps
 // fast: per-step metadata in one upload, CUDA graphs of decode steps, free-memory queries.
 #include "backend/backend.h"
+#include "backend/cuda/sample.cuh"
 #include "core/status.h"
 
 #include <cstddef>
@@ -73,6 +74,13 @@ class CudaStep {
   // wins, the lowest index wins ties, a row without a value above -inf gives 0; see
   // sample.cuh). Downloads n ints and waits for the stream.
   virtual Status argmax_rows(const Tensor& logits, int32_t* host_out) = 0;
+
+  // Sampled tokens without downloading the logits: out[i] for rows[i] over logits ([n, vocab]
+  // F32 device memory, queued work included), by the host Sampler's rules for the parameters
+  // DeviceSampleRow carries (sample.cuh). One small upload, one kernel, one download of
+  // rows.size() results; waits for the stream.
+  virtual Status sample_rows(const Tensor& logits, const std::vector<cuda::DeviceSampleRow>& rows,
+                             std::vector<cuda::DeviceSampleOut>& out) = 0;
 };
 
 CudaStep* cuda_step(Backend& backend);

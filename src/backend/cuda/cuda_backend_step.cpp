@@ -287,4 +287,44 @@ Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
   return Status::ok();
 }
 
+Status CudaBackend::sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
+                                std::vector<DeviceSampleOut>& out) {
+  if (capturing_) return Status::error("sample_rows during a graph capture");
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
+    return Status::errorf("sample_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
+  const int64_t n_logit_rows = logits.n_rows(), vocab = logits.n_cols();
+  const size_t n = rows.size();
+  out.resize(n);
+  if (n == 0) return Status::ok();
+  for (const DeviceSampleRow& r : rows)
+    if (r.logits_row < 0 || r.logits_row >= n_logit_rows)
+      return Status::errorf("sample_rows: logits row {} of {}", r.logits_row, n_logit_rows);
+  flush();
+  const size_t row_bytes = sizeof(DeviceSampleRow), out_bytes = sizeof(DeviceSampleOut);
+  if (n > sample_cap_) {
+    EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    if (sample_dev_) EMBER_CUDA_TRY(cudaFree(sample_dev_));
+    if (sample_host_) EMBER_CUDA_TRY(cudaFreeHost(sample_host_));
+    sample_dev_ = sample_host_ = nullptr;
+    sample_cap_ = 0;
+    const size_t cap = std::max<size_t>(n, 1024);
+    EMBER_CUDA_TRY(cudaMalloc(&sample_dev_, cap * (row_bytes + out_bytes)));
+    EMBER_CUDA_TRY(cudaMallocHost(&sample_host_, cap * (row_bytes + out_bytes)));
+    sample_cap_ = cap;
+  }
+  // The previous call's results were read after its sync: the pinned rows can be rewritten.
+  auto* host_rows = static_cast<DeviceSampleRow*>(sample_host_);
+  auto* host_out = reinterpret_cast<DeviceSampleOut*>(static_cast<char*>(sample_host_) + sample_cap_ * row_bytes);
+  auto* dev_rows = static_cast<DeviceSampleRow*>(sample_dev_);
+  auto* dev_out = reinterpret_cast<DeviceSampleOut*>(static_cast<char*>(sample_dev_) + sample_cap_ * row_bytes);
+  std::memcpy(host_rows, rows.data(), n * row_bytes);
+  EMBER_CUDA_TRY(cudaMemcpyAsync(dev_rows, host_rows, n * row_bytes, cudaMemcpyHostToDevice, stream_));
+  EMBER_CUDA_TRY(launch_sample_rows(static_cast<const float*>(logits.data), vocab, dev_rows, static_cast<int>(n),
+                                    dev_out, stream_));
+  EMBER_CUDA_TRY(cudaMemcpyAsync(host_out, dev_out, n * out_bytes, cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
+  std::memcpy(out.data(), host_out, n * out_bytes);
+  return Status::ok();
+}
+
 }  // namespace ember::cuda

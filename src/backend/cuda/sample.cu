@@ -1,3 +1,4 @@
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/sample.cuh"
 
 #include <climits>
@@ -65,7 +66,333 @@ __global__ void __launch_bounds__(kThreads) argmax_rows_kernel(const float* __re
   }
 }
 
+// ---- Sampling (DeviceSampleRow). One 1024-thread block per row; every pass re-reads the row
+// from global memory (L2 for small batches) and recomputes x the same way, so each pass sees
+// the same values. All sums that decide anything are integers (fixed-point masses), so a row
+// gives the same token for the same u on every run.
+constexpr int kSThreads = 1024;
+constexpr int kSWarps = kSThreads / 32;
+constexpr float kFixScale = 17592186044416.0f;  // 2^44: mass units per exp(0)
+using u64 = unsigned long long;
+
+// Order-preserving map of floats (no NaN) to unsigned keys.
+__device__ __forceinline__ uint32_t fkey(float f) {
+  if (f == 0.0f) f = 0.0f;  // -0 == +0 for the host's comparisons
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float key_float(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ u64 warp_sum_u64(u64 v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+struct SampleShared {
+  u64 hist[256];
+  u64 wsum[kSWarps];
+  float fval[kSWarps];
+  int ival[kSWarps];
+  double dval[kSWarps];
+  u64 above;
+  long long res;
+  int sel;
+};
+
+// Fixed-order block reductions (the same result every run).
+__device__ float block_max(float v, SampleShared& sh) {
+  v = warp_max(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sh.fval[warp] = v;
+  __syncthreads();
+  float r = lane < kSWarps ? sh.fval[lane] : -INFINITY;
+  r = warp_max(r);
+  __syncthreads();
+  return r;
+}
+
+__device__ u64 block_sum_u64(u64 v, SampleShared& sh) {
+  v = warp_sum_u64(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sh.wsum[warp] = v;
+  __syncthreads();
+  u64 r = lane < kSWarps ? sh.wsum[lane] : 0;
+  r = warp_sum_u64(r);
+  __syncthreads();
+  return r;
+}
+
+__device__ double block_sum_double(double v, SampleShared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sh.dval[warp] = v;
+  __syncthreads();
+  double r = lane < kSWarps ? sh.dval[lane] : 0.0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  __syncthreads();
+  return r;
+}
+
+// (value, index) of the first maximum of f(i) (f never NaN); index INT_MAX when nothing
+// is above -inf.
+template <class F>
+__device__ int block_argmax(int64_t vocab, F f, SampleShared& sh) {
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) {
+    const float v = f(i);
+    if (v > bv) { bv = v; bi = static_cast<int>(i); }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) { sh.fval[warp] = bv; sh.ival[warp] = bi; }
+  __syncthreads();
+  bv = lane < kSWarps ? sh.fval[lane] : -INFINITY;
+  bi = lane < kSWarps ? sh.ival[lane] : INT_MAX;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  __syncthreads();
+  return bi;
+}
+
+// The key K with W(key > K) < need <= W(key >= K) over the elements elem(i, key, w) gives
+// (w = 0: not counted), by 4 passes of 8-bit digits from the top; *above = W(key > K).
+// need must be in [1, W(all)].
+template <class E>
+__device__ uint32_t radix_select(int64_t vocab, u64 need, E elem, SampleShared& sh, u64* above) {
+  const int lane = threadIdx.x % 32;
+  uint32_t prefix = 0, mask = 0;
+  u64 ab = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kSThreads) sh.hist[b] = 0;
+    __syncthreads();
+    const int64_t n_iter = (vocab + kSThreads - 1) / kSThreads * kSThreads;  // warp-uniform trip count
+    for (int64_t i = threadIdx.x; i < n_iter; i += kSThreads) {
+      uint32_t key = 0;
+      u64 w = 0;
+      if (i < vocab) elem(i, key, w);
+      if ((key & mask) != prefix) w = 0;
+      const uint32_t bin = (key >> shift) & 255u;
+      // Warp-aggregated: one shared atomic per distinct bin of the warp.
+      unsigned active = __ballot_sync(0xffffffffu, w != 0);
+      while (active) {
+        const int leader = __ffs(active) - 1;
+        const uint32_t lb = __shfl_sync(0xffffffffu, bin, leader);
+        const bool mine = ((active >> lane) & 1u) && bin == lb;
+        const unsigned grp = __ballot_sync(0xffffffffu, mine);
+        const u64 sum = warp_sum_u64(mine ? w : 0);
+        if (lane == leader) atomicAdd(&sh.hist[lb], sum);
+        active &= ~grp;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      u64 cum = ab;
+      int b = 255;
+      for (; b > 0; --b) {
+        if (cum + sh.hist[b] >= need) break;
+        cum += sh.hist[b];
+      }
+      sh.sel = b;
+      sh.above = cum;
+    }
+    __syncthreads();
+    prefix |= static_cast<uint32_t>(sh.sel) << shift;
+    mask |= 255u << shift;
+    ab = sh.above;
+    __syncthreads();
+  }
+  *above = ab;
+  return prefix;
+}
+
+// The first index (ascending) at which the running sum of w(i) exceeds target; -1 when the
+// total is <= target. Each warp owns one contiguous chunk of the row.
+template <class W>
+__device__ long long find_first(int64_t vocab, u64 target, W w, SampleShared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t chunk = ((vocab + kSWarps - 1) / kSWarps + 31) / 32 * 32;
+  const int64_t lo = warp * chunk, hi = min(vocab, lo + chunk);
+  u64 s = 0;
+  for (int64_t i = lo + lane; i < hi; i += 32) s += w(i);
+  s = warp_sum_u64(s);
+  if (lane == 0) sh.wsum[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u64 cum = 0;
+    int sel = -1;
+    for (int k = 0; k < kSWarps; ++k) {
+      if (cum + sh.wsum[k] > target) {
+        sel = k;
+        break;
+      }
+      cum += sh.wsum[k];
+    }
+    sh.sel = sel;
+    sh.above = cum;
+    sh.res = -1;
+  }
+  __syncthreads();
+  if (warp == sh.sel) {
+    u64 cum = sh.above;
+    for (int64_t base = lo; base < hi; base += 32) {
+      const int64_t i = base + lane;
+      const u64 v = i < hi ? w(i) : 0;
+      u64 inc = v;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const u64 t = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += t;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, cum + inc > target);
+      if (hit) {
+        if (lane == __ffs(hit) - 1) sh.res = i;
+        break;
+      }
+      cum += __shfl_sync(0xffffffffu, inc, 31);
+    }
+  }
+  __syncthreads();
+  const long long r = sh.res;
+  __syncthreads();
+  return r;
+}
+
+__global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __restrict__ x, int64_t vocab,
+                                                                 const DeviceSampleRow* __restrict__ rows,
+                                                                 DeviceSampleOut* __restrict__ out) {
+  __shared__ SampleShared sh;
+  const DeviceSampleRow p = rows[blockIdx.x];
+  const float* raw = x + static_cast<int64_t>(p.logits_row) * vocab;
+  auto rawv = [&](int64_t i) {
+    const float v = raw[i];
+    return isnan(v) ? -INFINITY : v;
+  };
+  const float inv_t = p.inv_temperature;
+  auto xv = [&](int64_t i) { return __fmul_rn(rawv(i), inv_t); };  // the host's x *= 1 / T
+  int token = 0;
+  if (p.greedy) {
+    const int bi = block_argmax(vocab, rawv, sh);
+    token = bi == INT_MAX ? 0 : bi;
+  } else {
+    float tmax = -INFINITY;
+    for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) tmax = fmaxf(tmax, xv(i));
+    const float m = block_max(tmax, sh);
+    if (m == INFINITY) {
+      const long long f = find_first(vocab, 0, [&](int64_t i) -> u64 { return xv(i) == INFINITY; }, sh);
+      token = f < 0 ? 0 : static_cast<int>(f);
+    } else if (m > -INFINITY) {
+      // min_p: x >= max + log(min_p) (the host's float sum).
+      const float thr = p.log_min_p == -INFINITY ? -INFINITY : m + p.log_min_p;
+      auto minp_ok = [&](float v) { return v > -INFINITY && v >= thr; };
+      // top_k: keep x >= the k-th largest value of the row after min_p (ties kept).
+      uint32_t kkey = 0;
+      if (p.top_k > 0 && p.top_k < vocab) {
+        u64 ab;
+        kkey = radix_select(vocab, static_cast<u64>(p.top_k),
+                            [&](int64_t i, uint32_t& key, u64& w) {
+                              const float v = xv(i);
+                              key = fkey(minp_ok(v) ? v : -INFINITY);
+                              w = 1;
+                            },
+                            sh, &ab);
+      }
+      auto valid = [&](float v) { return minp_ok(v) && fkey(v) >= kkey; };
+      auto mass = [&](float v) -> u64 { return valid(v) ? static_cast<u64>(expf(v - m) * kFixScale) : 0; };
+      u64 tsum = 0;
+      for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) tsum += mass(xv(i));
+      const u64 total = block_sum_u64(tsum, sh);
+      // top_p: the shortest prefix of (x descending, id ascending) with mass >= top_p * total:
+      // every key above pkey, and the first c tokens (by id) of key pkey.
+      bool cut = false;
+      uint32_t pkey = 0;
+      long long id_cut = -1;
+      u64 kept_total = total;
+      if (p.top_p < 1.0f && total > 0) {
+        const double want = ceil(static_cast<double>(p.top_p) * static_cast<double>(total));
+        const u64 need = want < 1.0 ? 1 : static_cast<u64>(want);
+        if (need < total) {
+          u64 above;
+          pkey = radix_select(vocab, need,
+                              [&](int64_t i, uint32_t& key, u64& w) {
+                                const float v = xv(i);
+                                key = fkey(v);
+                                w = mass(v);
+                              },
+                              sh, &above);
+          const u64 q = static_cast<u64>(expf(key_float(pkey) - m) * kFixScale);
+          const u64 c = q ? (need - above + q - 1) / q : 1;
+          const long long f = find_first(
+              vocab, c - 1, [&](int64_t i) -> u64 { const float v = xv(i); return valid(v) && fkey(v) == pkey; }, sh);
+          cut = true;
+          id_cut = f < 0 ? vocab : f;
+          kept_total = above + c * q;
+        }
+      }
+      auto kept_mass = [&](int64_t i) -> u64 {
+        const float v = xv(i);
+        if (cut) {
+          const uint32_t k = fkey(v);
+          if (k < pkey || (k == pkey && i > id_cut)) return 0;
+        }
+        return mass(v);
+      };
+      if (kept_total == 0) {  // nothing kept: the host falls back to the raw argmax
+        const int bi = block_argmax(vocab, rawv, sh);
+        token = bi == INT_MAX ? 0 : bi;
+      } else {
+        u64 target = static_cast<u64>(p.u * static_cast<double>(kept_total));
+        if (target >= kept_total) target = kept_total - 1;
+        const long long f = find_first(vocab, target, kept_mass, sh);
+        token = f < 0 ? 0 : static_cast<int>(f);
+      }
+    }
+  }
+  DeviceSampleOut o;
+  o.token = token;
+  if (p.want_logprob) {
+    float tmax = -INFINITY;
+    for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) tmax = fmaxf(tmax, rawv(i));
+    const float mr = block_max(tmax, sh);
+    const float tx = rawv(token);
+    float se = 0.0f;
+    u64 above = 0;
+    for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) {
+      const float v = rawv(i);
+      if (v > -INFINITY) se += expf(v - mr);
+      above += v > tx;
+    }
+    const double sum = block_sum_double(static_cast<double>(se), sh);
+    above = block_sum_u64(above, sh);
+    o.rank = static_cast<int32_t>(above) + 1;
+    o.logprob = static_cast<float>(static_cast<double>(tx) - (static_cast<double>(mr) + log(sum)));
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = o;
+}
+
 }  // namespace
+
+cudaError_t launch_sample_rows(const float* x, int64_t vocab, const DeviceSampleRow* rows, int n_rows,
+                               DeviceSampleOut* out, cudaStream_t stream) {
+  if (n_rows <= 0) return cudaSuccess;
+  if (vocab <= 0 || vocab >= INT_MAX) return cudaErrorInvalidValue;
+  sample_rows_kernel<<<n_rows, kSThreads, 0, stream>>>(x, vocab, rows, out);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out,
                                cudaStream_t stream) {
