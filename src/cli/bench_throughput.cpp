@@ -68,7 +68,10 @@ int run_throughput(const ThroughputOptions& o) {
     fmt::print(stderr, "error: {}\n", runner.message());
     return 1;
   }
-  (*runner)->release_source_metadata();  // token ids are drawn at random: no tokenizer
+  if (Status st = finish_model_load(**runner, o.model); !st.is_ok()) {  // random token ids: no tokenizer
+    fmt::print(stderr, "error: {}\n", st.message());
+    return 1;
+  }
   const int vocab = (*runner)->vocab_size();
   auto engine_r = make_engine(std::move(*runner), o.model, {});
   if (!engine_r.is_ok()) {

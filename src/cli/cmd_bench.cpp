@@ -85,7 +85,10 @@ int run_speed(const SpeedOptions& o) {
     return 1;
   }
   ModelRunner& r = **runner;
-  r.release_source_metadata();  // no tokenizer here
+  if (Status st = finish_model_load(r, o.model); !st.is_ok()) {  // no tokenizer here
+    fmt::print(stderr, "error: {}\n", st.message());
+    return 1;
+  }
   const int block_size = 16;
   const int total = o.n_prompt + o.n_gen;
   const int n_blocks = (total + block_size - 1) / block_size;

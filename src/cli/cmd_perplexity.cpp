@@ -66,7 +66,10 @@ int run(const PplOptions& o) {
     fmt::print(stderr, "error: perplexity needs the model's tokenizer: {}\n", tok.message());
     return 1;
   }
-  (*runner)->release_source_metadata();
+  if (Status st = finish_model_load(**runner, mo); !st.is_ok()) {
+    fmt::print(stderr, "error: {}\n", st.message());
+    return 1;
+  }
   const auto tokens = (*tok)->encode(text, true);
   const int n_tok = static_cast<int>(tokens.size());
   const int ctx = o.ctx;

@@ -48,7 +48,10 @@ int run(const RunOptions& o) {
     fmt::print(stderr, "error: -p needs the model's tokenizer: {} (use --prompt-ids)\n", tk.message());
     return 1;
   }
-  (*runner)->release_source_metadata();
+  if (Status st = finish_model_load(**runner, o.model); !st.is_ok()) {
+    fmt::print(stderr, "error: {}\n", st.message());
+    return 1;
+  }
   std::vector<int32_t> prompt;
   if (!o.prompt.empty()) {
     prompt = tokenizer->encode(o.prompt, !o.no_special);

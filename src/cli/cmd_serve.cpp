@@ -48,7 +48,7 @@ Result<std::unique_ptr<server::ServingModel>> load_model(const ServeOptions& o) 
   if (!o.chat_template.empty() && !m->chat_template)
     return Status::errorf("--chat-template {}: {}", o.chat_template, m->chat_template_error);
   if (!m->chat_template) EMBER_LOG_WARN("chat completions disabled: {}", m->chat_template_error);
-  runner->release_source_metadata();
+  EMBER_RETURN_IF_ERROR(finish_model_load(*runner, o.model));
   auto eos = stop_token_ids(runner->config(), m->tokenizer.get());
   EMBER_ASSIGN_OR_RETURN(auto engine, make_engine(std::move(runner), o.model, eos));
   AsyncEngineConfig ac;

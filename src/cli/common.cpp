@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 
 namespace ember {
 
@@ -20,6 +21,9 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
       ->check(CLI::Range(0.01, 1.0));
   app.add_flag("--batch-invariant", o.batch_invariant,
                "CPU: each row's result independent of its batch, so outputs do not depend on what runs beside a request (slower prefill)");
+  app.add_flag("--mmap", o.mmap,
+               "CPU: keep the GGUF file memory-mapped (page cache, shared, quicker start) instead of reading the weights "
+               "into huge-page memory, which decode streams up to 2x faster (docs/PERFORMANCE.md)");
   app.add_option("--kv-dtype", o.kv_dtype,
                  "KV cache dtype: auto (f32 for f32 checkpoints, else f16; bf16 on CUDA), f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
   app.add_option("--weight-format", o.weight_format,
@@ -91,6 +95,7 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   ro.device = o.device;
   ro.n_threads = o.threads;
   ro.batch_invariant = o.batch_invariant;
+  ro.mmap = o.mmap;
   ro.weight_format = o.weight_format;
   auto source_probe = WeightSource::open(o.model);
   if (!source_probe.is_ok()) return source_probe.status();
@@ -122,6 +127,15 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   EMBER_LOG_INFO("loaded {} ({} layers, d_model {}, vocab {}) in {:.2f}s on {}", c.arch_name, c.n_layers,
                  c.d_model, c.n_vocab, secs, (*runner)->backend().name());
   return runner;
+}
+
+Status finish_model_load(ModelRunner& runner, const ModelOptions& o) {
+  std::optional<ProgressBar> bar;
+  return runner.finish_load([&](size_t done, size_t total) {
+    if (!bar) bar.emplace("weights into memory", static_cast<int64_t>(total >> 20));
+    bar->update(static_cast<int64_t>(done >> 20), "MiB");
+    if (done == total) bar->finish();
+  });
 }
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const WeightSource& source) {

@@ -19,6 +19,7 @@ struct ModelOptions {
   std::string device = "cpu";
   std::string kv_dtype = "auto";
   bool batch_invariant = false;
+  bool mmap = false;  // keep a GGUF file memory-mapped instead of reading it into memory
   std::string weight_format = "auto";
   // KV cache size: "auto" = 1GiB on the CPU, on a GPU what gpu_memory_utilization of the free
   // device memory leaves after the weights and activations.
@@ -41,6 +42,9 @@ Result<size_t> parse_bytes(const std::string& text);
 Result<std::vector<int32_t>> parse_ids(const std::string& text);
 // Loads the model with a progress bar and logs the load time.
 Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o);
+// ModelRunner::finish_load with a progress bar for the move into huge-page memory; call it
+// once the tokenizer and template are built from the metadata.
+Status finish_model_load(ModelRunner& runner, const ModelOptions& o);
 // The tokenizer of a checkpoint: GGUF metadata or the HF directory's tokenizer.json.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const WeightSource& source);
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_path);

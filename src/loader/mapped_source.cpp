@@ -23,4 +23,16 @@ Status MappedWeightSource::add_tensor(const std::string& name, const Tensor& t) 
   return Status::ok();
 }
 
+Status MappedWeightSource::make_resident(const std::function<void(size_t, size_t)>& progress) {
+  size_t total = 0, before = 0;
+  for (const auto& f : files_) total += f->size();
+  for (const auto& f : files_) {
+    EMBER_RETURN_IF_ERROR(f->make_resident([&](size_t done, size_t) {
+      if (progress) progress(before + done, total);
+    }));
+    before += f->size();
+  }
+  return Status::ok();
+}
+
 }  // namespace ember::loader

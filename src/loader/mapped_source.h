@@ -22,6 +22,7 @@ class MappedWeightSource : public WeightSource {
   Result<Tensor> tensor(const std::string& name) const override;
   const nlohmann::json& metadata() const override { return metadata_; }
   void release_metadata() override { metadata_ = nlohmann::json::object(); }
+  Status make_resident(const std::function<void(size_t, size_t)>& progress = {}) override;
   size_t total_tensor_bytes() const override { return total_bytes_; }
 
   // Building (by the format-specific openers). add_tensor fails on a duplicate name.

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,9 @@ class WeightSource {
   // GGUF vocabulary held as JSON costs ~80 bytes a token: 21 MiB for a 262k vocabulary);
   // metadata() is an empty object afterwards. Tensors stay valid.
   virtual void release_metadata() = 0;
+  // Moves the bytes of every file into huge-page memory at the same addresses (core/
+  // mmap_file.h); tensors stay valid. progress(done, total) in bytes.
+  virtual Status make_resident(const std::function<void(size_t, size_t)>& progress = {}) = 0;
   // Bytes of all tensor data (for `ember info` and memory reports).
   virtual size_t total_tensor_bytes() const = 0;
 };

@@ -17,11 +17,14 @@
 
 namespace ember {
 
-void ModelRunner::release_source_metadata() {
+Status ModelRunner::finish_load(const std::function<void(size_t, size_t)>& progress) {
   source_->release_metadata();
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
+  // After the metadata is gone, so the copy never coexists with the vocabulary JSON.
+  if (make_resident_) EMBER_RETURN_IF_ERROR(source_->make_resident(progress));
+  return Status::ok();
 }
 
 Result<DType> parse_kv_dtype(const std::string& name) {
@@ -92,6 +95,7 @@ std::vector<HostArray> step_arrays(const ForwardBatch& b) {
 Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, const RunnerOptions& o) {
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   EMBER_ASSIGN_OR_RETURN(r->source_, WeightSource::open(path));
+  r->make_resident_ = !o.mmap && o.device == "cpu";
   EMBER_ASSIGN_OR_RETURN(r->backend_, make_backend(o));
   bool weight_format_set = o.weight_format == "auto";
 #ifdef EMBER_HAVE_CUDA

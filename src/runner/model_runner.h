@@ -35,6 +35,9 @@ struct RunnerOptions {
   // CUDA: how matrices are stored on the GPU: "auto" (BF16), "bf16", "int4" (weight-only,
   // group 128, quantized at load) or "fp8" (e4m3, per-row scales). Other devices: "auto" only.
   std::string weight_format = "auto";
+  // CPU: keep the weights memory-mapped instead of moving them into huge-page memory at
+  // finish_load (the default there; other devices upload the weights: core/mmap_file.h).
+  bool mmap = false;
   std::function<void(int done, int total)> progress;
 };
 
@@ -60,9 +63,10 @@ class ModelRunner : public ModelExecutor {
 
   const ModelConfig& config() const { return model_->config(); }
   const WeightSource& source() const { return *source_; }
-  // Once the caller has what it needs from source().metadata() (see WeightSource).
-  // Also hands the freed heap back to the OS (glibc keeps it otherwise).
-  void release_source_metadata();
+  // Once the caller has what it needs from source().metadata() (see WeightSource): frees the
+  // metadata, hands the freed heap back to the OS (glibc keeps it otherwise) and, on the CPU
+  // unless RunnerOptions::mmap, moves the weights into huge-page memory (progress in bytes).
+  Status finish_load(const std::function<void(size_t, size_t)>& progress = {});
   Backend& backend() { return *backend_; }
   DType kv_dtype() const { return kv_dtype_; }
 
@@ -85,6 +89,7 @@ class ModelRunner : public ModelExecutor {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   KvStorage kv_;
+  bool make_resident_ = false;
   DType kv_dtype_ = DType::F32;
 
   // CUDA step state (null / unused on the CPU).
