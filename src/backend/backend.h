@@ -95,6 +95,14 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   // x *= s (elementwise).
   virtual void scale(Tensor& x, float s) = 0;
+  // ids[i] = the column of row i's largest value, the first on ties; NaN never wins, and a row
+  // with nothing above -inf gives 0 (the host Sampler's plain greedy pick).   logits [n, vocab]
+  // F32, ids host [n]. Backends without it say so.
+  virtual Status argmax_rows(const Tensor& logits, int32_t* ids) {
+    (void)logits;
+    (void)ids;
+    return Status::errorf("{}: no argmax_rows", name());
+  }
 };
 
 }  // namespace ember

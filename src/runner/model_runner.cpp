@@ -110,6 +110,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   lo.progress = o.progress;
   EMBER_ASSIGN_OR_RETURN(r->model_, Model::load(*r->source_, *r->backend_, lo));
   r->kv_dtype_ = o.kv_dtype;
+  // Greedy steps pick their tokens on the backend (no logits copied out; rows in parallel);
+  // soft-capping runs on the host (finish_logits), so such models keep the host path.
+  r->device_argmax_ = r->backend_->device() == Device::CPU && r->model_->config().final_logit_softcap <= 0.0f;
 #ifdef EMBER_HAVE_CUDA
   if (r->backend_->device() == Device::CUDA) {
     if (o.kv_dtype == DType::I8)  // per-(slot, head) scales: CPU backend only
@@ -271,6 +274,7 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
 Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
   if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
   if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
+  if (!cuda_) return execute_argmax_host(batch, token_ids);
   ClearStepMetadata clear{cuda_};
   Result<Tensor> out = enqueue_cuda(batch);
   if (!out.is_ok()) return out.status();
@@ -323,13 +327,26 @@ Status ModelRunner::execute_sample(const ForwardBatch&, const std::vector<Device
 Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
   return model_->forward(batch, kv_, logits);
 }
-Status ModelRunner::execute_argmax(const ForwardBatch&, std::vector<int32_t>&) {
-  return Status::error("execute_argmax needs CUDA");
+Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
+  return execute_argmax_host(batch, token_ids);
 }
 Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch&) { return Status::error("no CUDA"); }
 void ModelRunner::sync_activation_epoch() {}
 
 #endif
+
+Status ModelRunner::execute_argmax_host(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+  Result<Tensor> out = model_->enqueue_forward(batch, kv_);
+  if (!out.is_ok()) return out.status();
+  if (!out->valid()) {
+    token_ids.clear();
+    return Status::ok();
+  }
+  token_ids.resize(static_cast<size_t>(out->n_rows()));
+  return backend_->argmax_rows(*out, token_ids.data());
+}
 
 Status ModelRunner::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
   // A block of one layer is contiguous in each of K, V (and their scales): copy those.

@@ -92,10 +92,13 @@ class ModelRunner : public ModelExecutor {
   bool make_resident_ = false;
   DType kv_dtype_ = DType::F32;
 
+  // Greedy ids from the backend's argmax_rows (a CPU runner; CUDA has its own launch order).
+  Status execute_argmax_host(const ForwardBatch& batch, std::vector<int32_t>& token_ids);
+
   // CUDA step state (null / unused on the CPU).
   CudaStep* cuda_ = nullptr;
   bool graphs_ = false;
-  bool device_argmax_ = false;
+  bool device_argmax_ = false;  // CPU, or CUDA unless EMBER_GPU_SAMPLE=0; not with soft-capping
   bool device_sample_ = false;  // device_argmax_ unless EMBER_GPU_SAMPLE_ROWS=0
   struct GraphState {
     bool warm = false;    // one eager step of this shape has run

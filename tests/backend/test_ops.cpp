@@ -1,8 +1,11 @@
-// get_rows, rms_norm, rope, glu, add, scale against double-precision references.
+// get_rows, rms_norm, rope, glu, add, scale against double-precision references; argmax_rows
+// against the host sampler's greedy rule.
 #include "quant/quant.h"
 #include "test_util.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace ember::test {
 namespace {
@@ -142,6 +145,45 @@ TEST_P(OpsTest, GluAddScale) {
     backend_->scale(tg, -0.37f);
     for (size_t i = 0; i < g.size(); ++i) ref[i] = double(static_cast<float>(ref[i]) * -0.37f);
     expect_close(g, ref, 0, 0, "scale");
+  }
+}
+
+TEST_P(OpsTest, ArgmaxRowsIsTheHostGreedyPick) {
+  // Reference: the host Sampler's plain greedy pick (first strictly larger value wins, NaN
+  // never, 0 when nothing is above -inf), written out here.
+  auto host_pick = [](const float* x, int64_t n) {
+    int64_t best = -1;
+    float bx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i)
+      if (x[i] > bx) {
+        bx = x[i];
+        best = i;
+      }
+    return static_cast<int32_t>(std::max<int64_t>(0, best));
+  };
+  Rng rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {1, 7, 8, 9, 1000, 262144 + 5}) {
+    const int64_t rows = 9;
+    auto x = rng.normals(static_cast<size_t>(rows * vocab));
+    auto row = [&](int64_t r) { return x.data() + r * vocab; };
+    // Row 1: a tie between two maxima (the first must win); row 2: NaN before and at the max
+    // position; row 3: all NaN; row 4: all -inf; row 5: +inf late; row 6: the max in the tail;
+    // row 7: NaN everywhere but one value.
+    if (vocab > 2) { row(1)[vocab / 3] = 50.0f; row(1)[vocab - 1] = 50.0f; }
+    row(2)[0] = nan;
+    if (vocab > 1) { row(2)[vocab / 2] = nan; row(2)[vocab - 1] = 40.0f; }
+    std::fill(row(3), row(3) + vocab, nan);
+    std::fill(row(4), row(4) + vocab, -inf);
+    row(5)[vocab - 1] = inf;
+    row(6)[vocab - 1] = 60.0f;
+    std::fill(row(7), row(7) + vocab, nan);
+    row(7)[vocab / 2] = -3.0f;
+    std::vector<int32_t> ids(static_cast<size_t>(rows), -7);
+    Tensor t = f32_tensor(x, {rows, vocab});
+    ASSERT_TRUE(backend_->argmax_rows(t, ids.data()).is_ok());
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(ids[static_cast<size_t>(r)], host_pick(row(r), vocab)) << "vocab " << vocab << " row " << r;
   }
 }
 

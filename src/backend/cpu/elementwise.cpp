@@ -1,8 +1,9 @@
-// Elementwise ops: add, scale, glu. Memory-bound; small tensors stay on the calling thread
+// Elementwise ops: add, scale, glu, and the greedy pick of each logit row (argmax_rows). Memory-bound; small tensors stay on the calling thread
 // because waking the pool costs more than the work.
 #include "backend/cpu/context.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace ember::cpu {
 
@@ -56,6 +57,21 @@ void cpu_scale(CpuContext& ctx, Tensor& x, float s) {
   run_elementwise(ctx, x.numel(), 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) p[i] *= s;
   });
+}
+
+Status cpu_argmax_rows(CpuContext& ctx, const Tensor& logits, int32_t* ids) {
+  if (logits.dtype != DType::F32 || logits.n_dims != 2)
+    return Status::errorf("argmax_rows: logits {} {}, want 2-D F32", dtype_name(logits.dtype), shape_string(logits));
+  const int64_t rows = logits.n_rows(), cols = logits.n_cols();
+  const float* p = logits.as<float>();
+  // Rows are handed out one at a time: each is a vocabulary-long scan (1 MiB for 262k).
+  std::atomic<int64_t> next{0};
+  ctx.pool.run([&](int, int) {
+    for (int64_t r = next.fetch_add(1, std::memory_order_relaxed); r < rows;
+         r = next.fetch_add(1, std::memory_order_relaxed))
+      ids[r] = static_cast<int32_t>(std::max<int64_t>(0, ctx.kt.argmax_f32(p + r * cols, cols)));
+  });
+  return Status::ok();
 }
 
 void cpu_glu(CpuContext& ctx, const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) {

@@ -119,6 +119,8 @@ struct KernelTable {
   // Sum of squares in double-free float arithmetic with a fixed lane order.
   float (*sum_squares)(const float* x, int64_t n) = nullptr;
   float (*max_f32)(const float* x, int64_t n) = nullptr;  // -inf for n == 0
+  // First index of the largest value, NaN never winning; -1 when nothing exceeds -inf.
+  int64_t (*argmax_f32)(const float* x, int64_t n) = nullptr;
   // x[i] = exp(x[i] - max) in place (exp(-inf) = 0); returns the sum.
   float (*exp_sub_sum)(float* x, float max, int64_t n) = nullptr;
   // Attention tiles (row-major, head_dim d):

@@ -51,6 +51,17 @@ float max_f32(const float* x, int64_t n) {
   return m;
 }
 
+int64_t argmax_f32(const float* x, int64_t n) {
+  int64_t best = -1;
+  float best_x = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > best_x) {
+      best_x = x[i];
+      best = i;
+    }
+  return best;
+}
+
 float exp_sub_sum(float* x, float max, int64_t n) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -82,6 +93,7 @@ void register_scalar_kernels(KernelTable& kt) {
   kt.gelu_tanh_mul = gelu_tanh_mul;
   kt.exp_sub_sum = exp_sub_sum;
   kt.max_f32 = max_f32;
+  kt.argmax_f32 = argmax_f32;
   kt.attn_scores = attn_scores;
   kt.attn_accumulate = attn_accumulate;
   register_scalar_act_quant(kt);
