@@ -79,32 +79,38 @@ TEST_P(OpsTest, Rope) {
           inv_freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / rotary_dim));
         std::vector<int32_t> pos(n);
         for (auto& p : pos) p = rng.uniform_int(0, 5000);
-        auto x = rng.normals(static_cast<size_t>(n * heads * head_dim));
-        const auto x0 = x;
-        RopeParams p;
-        p.head_dim = head_dim;
-        p.rotary_dim = rotary_dim;
-        p.neox = neox;
-        p.inv_freq = inv_freq.data();
-        p.attention_factor = 1.25f;
-        Tensor tx = f32_tensor(x, {n, heads, head_dim});
-        backend_->rope(tx, pos.data(), p);
-        std::vector<double> ref(x.size());
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t h = 0; h < heads; ++h) {
-            const float* v = x0.data() + (t * heads + h) * head_dim;
-            double* r = ref.data() + (t * heads + h) * head_dim;
-            for (int i = 0; i < head_dim; ++i) r[i] = v[i];
-            for (int i = 0; i < rotary_dim / 2; ++i) {
-              const double theta = double(static_cast<float>(pos[t]) * inv_freq[i]);
-              const double c = std::cos(theta) * 1.25, s = std::sin(theta) * 1.25;
-              const int a = neox ? i : 2 * i, b = neox ? i + rotary_dim / 2 : 2 * i + 1;
-              r[a] = v[a] * c - v[b] * s;
-              r[b] = v[b] * c + v[a] * s;
+        // Three calls at the same positions: the first computes cos/sin, the second reuses them,
+        // the third has other frequencies in the same array (must not reuse them).
+        for (int call = 0; call < 3; ++call) {
+          if (call == 2)
+            for (auto& f : inv_freq) f *= 0.75f;
+          auto x = rng.normals(static_cast<size_t>(n * heads * head_dim));
+          const auto x0 = x;
+          RopeParams p;
+          p.head_dim = head_dim;
+          p.rotary_dim = rotary_dim;
+          p.neox = neox;
+          p.inv_freq = inv_freq.data();
+          p.attention_factor = 1.25f;
+          Tensor tx = f32_tensor(x, {n, heads, head_dim});
+          backend_->rope(tx, pos.data(), p);
+          std::vector<double> ref(x.size());
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t h = 0; h < heads; ++h) {
+              const float* v = x0.data() + (t * heads + h) * head_dim;
+              double* r = ref.data() + (t * heads + h) * head_dim;
+              for (int i = 0; i < head_dim; ++i) r[i] = v[i];
+              for (int i = 0; i < rotary_dim / 2; ++i) {
+                const double theta = double(static_cast<float>(pos[t]) * inv_freq[i]);
+                const double c = std::cos(theta) * 1.25, s = std::sin(theta) * 1.25;
+                const int a = neox ? i : 2 * i, b = neox ? i + rotary_dim / 2 : 2 * i + 1;
+                r[a] = v[a] * c - v[b] * s;
+                r[b] = v[b] * c + v[a] * s;
+              }
             }
           }
+          expect_close(x, ref, 1e-5, 1e-5, fmt::format("rope call {}", call).c_str());
         }
-        expect_close(x, ref, 1e-5, 1e-5, "rope");
       }
     }
   }

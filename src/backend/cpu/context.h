@@ -33,6 +33,17 @@ class ScratchBuffer {
   size_t capacity_ = 0;
 };
 
+// cos/sin of one rope call's positions, reused by the next calls with the same positions and
+// frequencies (q and k of every layer of a step: 2 x n_layers calls share one table; Gemma's
+// local and global frequencies take two entries).
+struct RopeTable {
+  std::vector<float> inv_freq;  // the values (a pointer could be reused by another model)
+  float attention_factor = 0.0f;
+  int half = 0;
+  std::vector<int32_t> positions;
+  std::vector<float> cos_sin;  // [n][2 * half]: cos, then sin
+};
+
 struct CpuContext {
   explicit CpuContext(int n_threads, Isa isa)
       : pool(n_threads), kt(make_kernel_table(isa)), thread_scratch(static_cast<size_t>(pool.size())) {}
@@ -44,6 +55,8 @@ struct CpuContext {
   // the row kernels'), attention scores by one dot kernel for any tile shape, key tiles on a
   // fixed grid, no flash-decoding splits (see make_cpu_backend).
   bool batch_invariant = false;
+  std::vector<RopeTable> rope_tables = std::vector<RopeTable>(4);
+  size_t rope_next = 0;  // round-robin slot for the next table
 };
 
 void cpu_get_rows(CpuContext& ctx, const Tensor& table, const int32_t* ids, int n, Tensor& out);

@@ -3,7 +3,8 @@
 // the ISA's micro-kernel then multiplies panels by decoded columns (see kernels.h).
 //
 // Two pool runs: panels are built (activation rows quantized and interleaved), then output
-// columns are computed in chunks over all panels, each weight row decoded exactly once.
+// columns are computed in chunks over all panels, each weight row decoded exactly once. With
+// one or two panels (the fused kernels) the panels are built on the calling thread instead.
 #include "backend/cpu/context.h"
 #include "backend/cpu/matmul_gemm.h"
 #include <algorithm>
@@ -107,15 +108,23 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
   // Two runs, work handed out through counters: the end of a run is the barrier between
   // the phases, and a thread that is descheduled (a busy machine) just takes fewer items
   // instead of holding everyone at an in-run barrier.
-  std::atomic<int64_t> next_panel{0};
-  ctx.pool.run([&](int, int) {
-    for (int64_t p = next_panel.fetch_add(1, std::memory_order_relaxed); p < n_panels;
-         p = next_panel.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t r0 = p * kGemmPanelRows, r1 = std::min(n, r0 + kGemmPanelRows);
-      for (int64_t r = r0; r < r1; ++r) quantize(x + r * k, rows + static_cast<size_t>(r) * a_stride, k);
-      build_panel(rows, a_stride, act, r0, n, k, gk.group, fused, gk.fused_off, panel(p));
-    }
-  });
+  auto make_panel = [&](int64_t p) {
+    const int64_t r0 = p * kGemmPanelRows, r1 = std::min(n, r0 + kGemmPanelRows);
+    for (int64_t r = r0; r < r1; ++r) quantize(x + r * k, rows + static_cast<size_t>(r) * a_stride, k);
+    build_panel(rows, a_stride, act, r0, n, k, gk.group, fused, gk.fused_off, panel(p));
+  };
+  if (fused) {
+    // One or two panels: cheaper on this thread than a fork/join (a batched decode step runs
+    // ~7 of these matmuls per layer).
+    for (int64_t p = 0; p < n_panels; ++p) make_panel(p);
+  } else {
+    std::atomic<int64_t> next_panel{0};
+    ctx.pool.run([&](int, int) {
+      for (int64_t p = next_panel.fetch_add(1, std::memory_order_relaxed); p < n_panels;
+           p = next_panel.fetch_add(1, std::memory_order_relaxed))
+        make_panel(p);
+    });
+  }
   auto add_bias = [&](int64_t c0, int nc) {
     if (bias)
       for (int64_t r = 0; r < n; ++r)

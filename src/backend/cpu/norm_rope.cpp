@@ -1,6 +1,7 @@
 // rms_norm and rope: row-wise ops split over tokens.
 #include "backend/cpu/context.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ember::cpu {
@@ -54,18 +55,36 @@ void cpu_rope(CpuContext& ctx, Tensor& x, const int32_t* positions, const RopePa
   const int64_t n_heads = per_token / p.head_dim;
   const int half = p.rotary_dim / 2;
   float* px = x.as<float>();
-  const int nth_max = ctx.pool.size();
-  for (int t = 0; t < nth_max; ++t) ctx.thread_scratch[static_cast<size_t>(t)].ensure(sizeof(float) * 2 * half);
-  run_rows(ctx, n, per_token, [&](int ith, int64_t t0, int64_t t1) {
-    auto* cs = reinterpret_cast<float*>(ctx.thread_scratch[static_cast<size_t>(ith)].ensure(sizeof(float) * 2 * half));
-    float* sn = cs + half;
+  // The table of these positions: found, or filled by this call's threads (token rows each).
+  RopeTable* table = nullptr;
+  for (auto& tb : ctx.rope_tables)
+    if (tb.half == half && tb.attention_factor == p.attention_factor && tb.positions.size() == static_cast<size_t>(n) &&
+        std::equal(tb.inv_freq.begin(), tb.inv_freq.end(), p.inv_freq) &&
+        std::equal(tb.positions.begin(), tb.positions.end(), positions))
+      table = &tb;
+  const bool fill = table == nullptr;
+  if (fill) {
+    table = &ctx.rope_tables[ctx.rope_next];
+    ctx.rope_next = (ctx.rope_next + 1) % ctx.rope_tables.size();
+    table->inv_freq.assign(p.inv_freq, p.inv_freq + half);
+    table->attention_factor = p.attention_factor;
+    table->half = half;
+    table->positions.assign(positions, positions + n);
+    table->cos_sin.resize(static_cast<size_t>(n) * 2 * static_cast<size_t>(half));
+  }
+  float* cos_sin = table->cos_sin.data();
+  run_rows(ctx, n, per_token, [&](int, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      // theta in float as HF computes it (inv_freq * position in fp32), cos/sin rounded once.
-      const float pos = static_cast<float>(positions[t]);
-      for (int i = 0; i < half; ++i) {
-        const float theta = pos * p.inv_freq[i];
-        cs[i] = static_cast<float>(std::cos(static_cast<double>(theta))) * p.attention_factor;
-        sn[i] = static_cast<float>(std::sin(static_cast<double>(theta))) * p.attention_factor;
+      float* cs = cos_sin + t * 2 * half;
+      float* sn = cs + half;
+      if (fill) {
+        // theta in float as HF computes it (inv_freq * position in fp32), cos/sin rounded once.
+        const float pos = static_cast<float>(positions[t]);
+        for (int i = 0; i < half; ++i) {
+          const float theta = pos * p.inv_freq[i];
+          cs[i] = static_cast<float>(std::cos(static_cast<double>(theta))) * p.attention_factor;
+          sn[i] = static_cast<float>(std::sin(static_cast<double>(theta))) * p.attention_factor;
+        }
       }
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = px + t * per_token + h * p.head_dim;
