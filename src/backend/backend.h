@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace ember {
@@ -56,6 +57,13 @@ struct AttentionParams {
   float logit_softcap = 0.0f;  // 0: none
 };
 
+// One product of Backend::matmul_many: out = x @ w^T (+ bias).
+struct MatmulTarget {
+  const Tensor* w;
+  const Tensor* bias;  // null or invalid: none
+  Tensor* out;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -78,6 +86,12 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // out = x @ w^T (+ bias)   x [n, k], w [m, k] any dtype, bias [m] F32 or invalid, out [n, m]
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // Several matmuls of the same x (q/k/v, gate/up), in order; a backend may share the work
+  // of x between them (the CPU quantizes x and forks its threads once). Same results as
+  // calling matmul for each.
+  virtual void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
+    for (const MatmulTarget& t : targets) matmul(x, *t.w, t.bias, *t.out);
+  }
   // Rotates x in place: x [n, n_heads, head_dim], positions host [n].
   virtual void rope(Tensor& x, const int32_t* positions, const RopeParams& p) = 0;
   // Writes this step's K/V into cache slots: k, v [n, n_kv_heads, head_dim], slots host [n]

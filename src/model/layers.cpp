@@ -32,9 +32,10 @@ void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLaye
   Tensor q = rows_view(ctx.act.q, n, q_dim);       // [n, n_heads * head_dim]
   Tensor k = rows_view(ctx.act.k, n, kv_dim);      // [n, n_kv_heads * head_dim]
   Tensor v = rows_view(ctx.act.v, n, kv_dim);
-  be.matmul(h, w.wq, w.bq.valid() ? &w.bq : nullptr, q);
-  be.matmul(h, w.wk, w.bk.valid() ? &w.bk : nullptr, k);
-  be.matmul(h, w.wv, w.bv.valid() ? &w.bv : nullptr, v);
+  const MatmulTarget qkv[] = {{&w.wq, w.bq.valid() ? &w.bq : nullptr, &q},
+                              {&w.wk, w.bk.valid() ? &w.bk : nullptr, &k},
+                              {&w.wv, w.bv.valid() ? &w.bv : nullptr, &v}};
+  be.matmul_many(h, qkv);
   if (w.q_norm.valid()) {
     Tensor qh = per_head(q, n, c.n_heads, c.head_dim);
     Tensor kh = per_head(k, n, c.n_kv_heads, c.head_dim);
@@ -74,8 +75,8 @@ void mlp_block(LayerContext& ctx, const LayerWeights& w) {
   Tensor h = rows_view(ctx.act.h, n, c.d_model);
   Tensor gate = rows_view(ctx.act.gate, n, c.d_ff);  // [n, d_ff]
   Tensor up = rows_view(ctx.act.up, n, c.d_ff);
-  be.matmul(h, w.w_gate, nullptr, gate);
-  be.matmul(h, w.w_up, nullptr, up);
+  const MatmulTarget gate_up[] = {{&w.w_gate, nullptr, &gate}, {&w.w_up, nullptr, &up}};
+  be.matmul_many(h, gate_up);
   be.glu(gate, up, c.gelu_tanh, gate);
   Tensor o = rows_view(ctx.act.o, n, c.d_model);
   be.matmul(gate, w.w_down, nullptr, o);

@@ -197,6 +197,47 @@ TEST_P(MatmulTest, FewPanelsMatchManyPanelsBitForBit) {
   }
 }
 
+TEST_P(MatmulTest, ManyEqualsOneAtATime) {
+  // matmul_many (q/k/v, gate/up) shares x's quantization, panels and pool runs between the
+  // weights; each output must be bit-identical to a matmul of its own, for one decode row,
+  // the fused panels, the decoded panels, the row tiles, and a mix of weight kinds.
+  Rng rng(400);
+  const int64_t k = 32 * 16;  // also a multiple of 256 for the k-quants
+  for (DType t : kAllDtypes) {
+    for (int64_t n : {1, 4, 16, 70}) {
+      SCOPED_TRACE(fmt::format("{} n={}", dtype_name(t), n));
+      const std::vector<int64_t> ms = {301, 64, 37};
+      const DType dts[3] = {t, t, n == 4 ? DType::Q8_0 : t};  // n=4: a mixed call
+      auto x = rng.normals(static_cast<size_t>(n * k));
+      Tensor tx = f32_tensor(x, {n, k});
+      std::vector<std::vector<uint8_t>> wb;
+      std::vector<std::vector<float>> bias, one, many;
+      std::vector<Tensor> tw, tb, tone, tmany;
+      for (size_t i = 0; i < ms.size(); ++i) {
+        wb.push_back(random_weights(rng, dts[i], ms[i], k));
+        bias.push_back(rng.normals(static_cast<size_t>(ms[i])));
+        one.push_back(poisoned(static_cast<size_t>(n * ms[i])));
+        many.push_back(poisoned(static_cast<size_t>(n * ms[i])));
+      }
+      for (size_t i = 0; i < ms.size(); ++i) {
+        tw.push_back(make_tensor(wb[i].data(), dts[i], {ms[i], k}));
+        tb.push_back(f32_tensor(bias[i], {ms[i]}));
+        tone.push_back(f32_tensor(one[i], {n, ms[i]}));
+        tmany.push_back(f32_tensor(many[i], {n, ms[i]}));
+      }
+      std::vector<MatmulTarget> targets;
+      for (size_t i = 0; i < ms.size(); ++i) {
+        const Tensor* b = i == 1 ? nullptr : &tb[i];
+        backend_->matmul(tx, tw[i], b, tone[i]);
+        targets.push_back({&tw[i], b, &tmany[i]});
+      }
+      backend_->matmul_many(tx, targets);
+      for (size_t i = 0; i < ms.size(); ++i)
+        ASSERT_EQ(std::memcmp(one[i].data(), many[i].data(), one[i].size() * sizeof(float)), 0) << "target " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, MatmulTest, testing::ValuesIn(backend_cases()), case_name);
 
 }  // namespace

@@ -62,6 +62,7 @@ struct CpuContext {
 void cpu_get_rows(CpuContext& ctx, const Tensor& table, const int32_t* ids, int n, Tensor& out);
 void cpu_rms_norm(CpuContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out);
 void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+void cpu_matmul_many(CpuContext& ctx, const Tensor& x, std::span<const MatmulTarget> targets);
 void cpu_rope(CpuContext& ctx, Tensor& x, const int32_t* positions, const RopeParams& p);
 void cpu_kv_store(CpuContext& ctx, KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots);
 void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,

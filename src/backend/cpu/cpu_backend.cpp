@@ -59,6 +59,9 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
     cpu::cpu_matmul(ctx_, x, w, bias, out);
   }
+  void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override {
+    cpu::cpu_matmul_many(ctx_, x, targets);
+  }
   void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override {
     cpu::cpu_rope(ctx_, x, positions, p);
   }

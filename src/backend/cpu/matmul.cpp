@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <span>
+#include <vector>
 
 namespace ember::cpu {
 
@@ -53,7 +55,19 @@ void run_blocks(const MatmulKernel& kern, const MatmulProblem& p, const float* b
 
 }  // namespace
 
-void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+namespace {
+
+// One weight of a call, checked against x.
+struct Target {
+  int idx;  // weight kind
+  const uint8_t* w;
+  size_t w_stride;
+  int64_t m;
+  float* out;
+  const float* bias;  // null: none
+};
+
+Target check_target(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   EMBER_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, "matmul: x and out must be F32");
   EMBER_CHECK(x.device == Device::CPU && w.device == Device::CPU && out.device == Device::CPU,
               "matmul: host tensors only");
@@ -72,22 +86,93 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
     EMBER_CHECK(bias->dtype == DType::F32 && bias->numel() == m, "matmul: bias {} for m {}", shape_string(*bias), m);
     pbias = bias->as<float>();
   }
+  return {idx, static_cast<const uint8_t*>(w.data), w.row_bytes(), m, out.as<float>(), pbias};
+}
+
+int64_t column_chunk(const CpuContext& ctx, int64_t m) {
+  return std::max<int64_t>(16, (m / (ctx.pool.size() * 8) + 15) / 16 * 16);
+}
+
+// Few rows: threads share out the weight rows (output columns) of every target in chunks
+// through one counter, so a thread that runs slower (a busy sibling core, a preemption) simply
+// takes fewer chunks; each thread quantizes the n activation rows once into its own scratch.
+void run_columns(CpuContext& ctx, const MatmulKernel& kern, const float* px, int64_t n, int64_t k,
+                 std::span<const Target> targets) {
+  const bool quantized_act = kern.act != ActFormat::F32;
+  const size_t a_stride = quantized_act ? act_row_bytes(kern.act, k) : static_cast<size_t>(k) * 4;
+  if (quantized_act)
+    for (auto& s : ctx.thread_scratch) s.ensure(static_cast<size_t>(n) * a_stride);
+  std::vector<int64_t> chunk(targets.size()), first(targets.size() + 1, 0);
+  for (size_t t = 0; t < targets.size(); ++t) {
+    chunk[t] = column_chunk(ctx, targets[t].m);
+    first[t + 1] = first[t] + (targets[t].m + chunk[t] - 1) / chunk[t];
+  }
+  const int64_t n_items = first.back();
+  std::atomic<int64_t> next{0};
+  ctx.pool.run([&](int ith, int) {
+    const uint8_t* a = quantized_act ? nullptr : reinterpret_cast<const uint8_t*>(px);
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      if (!a) {
+        uint8_t* q = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(static_cast<size_t>(n) * a_stride);
+        quantize_rows(ctx.kt, kern.act, px, k, q, a_stride, 0, n);
+        a = q;
+      }
+      const size_t t = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
+      const Target& g = targets[t];
+      const int64_t c0 = (item - first[t]) * chunk[t], c1 = std::min(g.m, c0 + chunk[t]);
+      MatmulProblem p;
+      p.k = k;
+      p.w = g.w;
+      p.w_stride = g.w_stride;
+      p.a = a;
+      p.a_stride = a_stride;
+      p.out = g.out;
+      p.out_stride = g.m;
+      kern.fn(p, 0, n, c0, c1);
+      if (g.bias) add_bias(g.out, g.m, g.bias, 0, n, c0, c1);
+    }
+  });
+}
+
+// The panel kernels' row threshold for a weight kind, or 0 when it has none.
+int64_t panel_min_rows(const CpuContext& ctx, int idx) {
+  const GemmKernel& gk = ctx.kt.gemm[idx];
+  if (!gk.decode || ctx.batch_invariant) return 0;
+  return gk.fused ? gk.fused_min_rows : kGemmMinRows;
+}
+
+void run_panels(CpuContext& ctx, const float* px, int64_t n, int64_t k, std::span<const Target> targets) {
+  const GemmKernel& gk = ctx.kt.gemm[targets[0].idx];
+  std::vector<GemmTarget> g;
+  g.reserve(targets.size());
+  for (const Target& t : targets) g.push_back({t.w, t.w_stride, t.m, t.out, t.bias});
+  run_panel_gemm(ctx, gk, gk.act, px, n, k, g);
+}
+
+}  // namespace
+
+void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const Target tg = check_target(x, w, bias, out);
+  const int idx = tg.idx;
+  const int64_t k = x.n_cols();
+  const int64_t n = x.n_rows();
+  const int64_t m = tg.m;
+  const float* pbias = tg.bias;
   if (n == 0 || m == 0) return;
 
   // Batch-invariant mode keeps one kernel per weight whatever the row count.
   const MatmulKernel& kern = n == 1 && !ctx.batch_invariant ? ctx.kt.matmul_stream[idx] : ctx.kt.matmul[idx];
-  const GemmKernel& gk = ctx.kt.gemm[idx];
-  const int64_t gemm_min_rows = gk.fused ? gk.fused_min_rows : kGemmMinRows;
-  if (gk.decode && n >= gemm_min_rows && !ctx.batch_invariant) {
-    run_panel_gemm(ctx, gk, gk.act, x.as<float>(), n, k, static_cast<const uint8_t*>(w.data), w.row_bytes(), m,
-                   out.as<float>(), pbias);
+  const int64_t gemm_min_rows = panel_min_rows(ctx, idx);
+  if (gemm_min_rows > 0 && n >= gemm_min_rows) {
+    run_panels(ctx, x.as<float>(), n, k, std::span<const Target>(&tg, 1));
     return;
   }
   MatmulProblem p;
   p.k = k;
-  p.w = static_cast<const uint8_t*>(w.data);
-  p.w_stride = w.row_bytes();
-  p.out = out.as<float>();
+  p.w = tg.w;
+  p.w_stride = tg.w_stride;
+  p.out = tg.out;
   p.out_stride = m;
   const float* px = x.as<float>();
   const bool quantized_act = kern.act != ActFormat::F32;
@@ -119,30 +204,34 @@ void cpu_matmul(CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor*
     });
     return;
   }
+  run_columns(ctx, kern, px, n, k, std::span<const Target>(&tg, 1));
+}
 
-  if (quantized_act) {
-    for (auto& s : ctx.thread_scratch) s.ensure(static_cast<size_t>(n) * p.a_stride);
-  }
-  // Columns are handed out in chunks through a shared counter: a thread that runs slower
-  // (a busy sibling core, a preemption) simply takes fewer chunks.
-  const int64_t chunk = std::max<int64_t>(16, (m / (ctx.pool.size() * 8) + 15) / 16 * 16);
-  std::atomic<int64_t> next{0};
-  ctx.pool.run([&](int ith, int) {
-    MatmulProblem tp = p;
-    bool have_act = !quantized_act;
-    for (int64_t c0 = next.fetch_add(chunk, std::memory_order_relaxed); c0 < m;
-         c0 = next.fetch_add(chunk, std::memory_order_relaxed)) {
-      if (!have_act) {
-        uint8_t* a = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(static_cast<size_t>(n) * p.a_stride);
-        quantize_rows(ctx.kt, kern.act, px, k, a, p.a_stride, 0, n);
-        tp.a = a;
-        have_act = true;
-      }
-      const int64_t c1 = std::min(m, c0 + chunk);
-      kern.fn(tp, 0, n, c0, c1);
-      if (pbias) add_bias(tp.out, tp.out_stride, pbias, 0, n, c0, c1);
+void cpu_matmul_many(CpuContext& ctx, const Tensor& x, std::span<const MatmulTarget> targets) {
+  // Shared work only where it pays and the kernels allow: weights of one kind, and either the
+  // panel kernels (panels built once) or one decode row (one pool run over all columns, the
+  // activation quantized once per thread). Anything else is a plain matmul per target.
+  std::vector<Target> tg;
+  tg.reserve(targets.size());
+  for (const MatmulTarget& t : targets) tg.push_back(check_target(x, *t.w, t.bias, *t.out));
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  bool shared = targets.size() > 1 && n > 0 && !ctx.batch_invariant;
+  for (const Target& t : tg) shared = shared && t.idx == tg[0].idx && t.m > 0;
+  if (shared) {
+    const int idx = tg[0].idx;
+    const int64_t gemm_min_rows = panel_min_rows(ctx, idx);
+    int64_t work = 0;
+    for (const Target& t : tg) work += n * t.m * k;
+    if (gemm_min_rows > 0 && n >= gemm_min_rows) {
+      run_panels(ctx, x.as<float>(), n, k, tg);
+      return;
     }
-  });
+    if (n == 1 && ctx.pool.size() > 1 && work >= kMinParallelWork && ctx.kt.matmul_stream[idx].act != ActFormat::F32) {
+      run_columns(ctx, ctx.kt.matmul_stream[idx], x.as<float>(), n, k, tg);
+      return;
+    }
+  }
+  for (const MatmulTarget& t : targets) cpu_matmul(ctx, x, *t.w, t.bias, *t.out);
 }
 
 }  // namespace ember::cpu

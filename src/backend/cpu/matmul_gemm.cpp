@@ -9,6 +9,7 @@
 #include "backend/cpu/matmul_gemm.h"
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 namespace ember::cpu {
 
@@ -89,7 +90,7 @@ void build_panel(const uint8_t* rows, size_t a_stride, ActFormat fmt, int64_t ro
 }  // namespace
 
 void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const float* x, int64_t n, int64_t k,
-                    const uint8_t* w, size_t w_stride, int64_t m, float* out, const float* bias) {
+                    std::span<const GemmTarget> targets) {
   const size_t a_stride = act_row_bytes(act, k);
   const int64_t n_panels = (n + kGemmPanelRows - 1) / kGemmPanelRows;
   const bool fused = gk.fused != nullptr && n_panels <= kFusedMaxPanels;
@@ -125,25 +126,41 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
         make_panel(p);
     });
   }
-  auto add_bias = [&](int64_t c0, int nc) {
-    if (bias)
-      for (int64_t r = 0; r < n; ++r)
-        for (int c = 0; c < nc; ++c) out[r * m + c0 + c] += bias[c0 + c];
+  // The columns of all targets form one index space, handed out in chunks that never straddle
+  // two targets: chunk i of target t is item first[t] + i.
+  const int64_t chunk = fused ? kFusedColChunk : kColChunk;
+  std::vector<int64_t> first(targets.size() + 1, 0);
+  for (size_t t = 0; t < targets.size(); ++t) first[t + 1] = first[t] + (targets[t].m + chunk - 1) / chunk;
+  auto locate = [&](int64_t item, size_t& t, int64_t& c0, int& nc) {
+    t = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
+    c0 = (item - first[t]) * chunk;
+    nc = static_cast<int>(std::min<int64_t>(chunk, targets[t].m - c0));
   };
-  std::atomic<int64_t> next_col{0};
+  auto add_bias = [&](const GemmTarget& g, int64_t c0, int nc) {
+    if (g.bias)
+      for (int64_t r = 0; r < n; ++r)
+        for (int c = 0; c < nc; ++c) g.out[r * g.m + c0 + c] += g.bias[c0 + c];
+  };
+  std::atomic<int64_t> next_item{0};
+  const int64_t n_items = first.back();
   if (fused) {  // weight rows straight from memory against every panel
     ctx.pool.run([&](int, int) {
-      for (int64_t c0 = next_col.fetch_add(kFusedColChunk, std::memory_order_relaxed); c0 < m;
-           c0 = next_col.fetch_add(kFusedColChunk, std::memory_order_relaxed)) {
-        const int nc = static_cast<int>(std::min<int64_t>(kFusedColChunk, m - c0));
+      for (int64_t item = next_item.fetch_add(1, std::memory_order_relaxed); item < n_items;
+           item = next_item.fetch_add(1, std::memory_order_relaxed)) {
+        size_t t;
+        int64_t c0;
+        int nc;
+        locate(item, t, c0, nc);
+        const GemmTarget& g = targets[t];
         for (int64_t p = 0; p < n_panels; ++p) {
           const PanelBuffers pb = panel(p);
           const GemmPanel ap{pb.qu, pb.da, pb.dsum, pb.acorr};
           const int64_t r0 = p * kGemmPanelRows;
           const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
-          gk.fused(ap, w + static_cast<size_t>(c0) * w_stride, w_stride, nc, k, out + r0 * m + c0, m, valid);
+          gk.fused(ap, g.w + static_cast<size_t>(c0) * g.w_stride, g.w_stride, nc, k, g.out + r0 * g.m + c0, g.m,
+                   valid);
         }
-        add_bias(c0, nc);
+        add_bias(g, c0, nc);
       }
     });
     return;
@@ -151,18 +168,22 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
   // Output columns in chunks of kColChunk against every panel; each weight row is decoded once.
   ctx.pool.run([&](int ith, int) {
     uint8_t* cols = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(col_bytes * kColChunk);
-    for (int64_t c0 = next_col.fetch_add(kColChunk, std::memory_order_relaxed); c0 < m;
-         c0 = next_col.fetch_add(kColChunk, std::memory_order_relaxed)) {
-      const int nc = static_cast<int>(std::min<int64_t>(kColChunk, m - c0));
-      for (int c = 0; c < nc; ++c) gk.decode(w + static_cast<size_t>(c0 + c) * w_stride, k, cols + c * col_bytes);
+    for (int64_t item = next_item.fetch_add(1, std::memory_order_relaxed); item < n_items;
+         item = next_item.fetch_add(1, std::memory_order_relaxed)) {
+      size_t t;
+      int64_t c0;
+      int nc;
+      locate(item, t, c0, nc);
+      const GemmTarget& g = targets[t];
+      for (int c = 0; c < nc; ++c) gk.decode(g.w + static_cast<size_t>(c0 + c) * g.w_stride, k, cols + c * col_bytes);
       for (int64_t p = 0; p < n_panels; ++p) {
         const PanelBuffers pb = panel(p);
         const GemmPanel ap{pb.qu, pb.da, pb.dsum, nullptr};
         const int64_t r0 = p * kGemmPanelRows;
         const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
-        gk.micro(ap, cols, col_bytes, nc, k, out + r0 * m + c0, m, valid);
+        gk.micro(ap, cols, col_bytes, nc, k, g.out + r0 * g.m + c0, g.m, valid);
       }
-      add_bias(c0, nc);
+      add_bias(g, c0, nc);
     }
   });
 }
