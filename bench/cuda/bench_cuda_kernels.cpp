@@ -183,28 +183,33 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       CK(launch_fill_random(DType::F32, x, 8 * sh.k, 3, -1.0f, 1.0f, s));
       const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
       const int per_graph = std::max(copies * 4, 16);
-      for (int n : {1, 4, 8}) {
-        const double ms = time_graph(s, per_graph, 9, [&](int i) {
-          QGemvSeg seg;
-          seg.w = w[i % copies];
-          seg.out = y;
-          seg.m = sh.m;
-          CK(launch_qgemv_multi(f, &seg, 1, x, n, sh.k, /*pdl=*/true, s));
-        });
-        const double gbs = qbytes / (ms * 1e-3) / 1e9;
-        char note[96];
-        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f MB", ms * 1e3, 100.0 * gbs / copy_gbs, qbytes / 1e6);
-        result("qgemv", std::string("ember ") + fname + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
-      }
-      if (sh.m == 14336) {  // gate and up (two copies of the matrix) with the GLU epilogue
-        const double ms = time_graph(s, per_graph, 9, [&](int i) {
-          CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, 1, sh.m, sh.k, false, y, nullptr,
-                              nullptr, true, s));
-        });
-        const double gbs = 2.0 * qbytes / (ms * 1e-3) / 1e9;
-        char note[96];
-        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
-        result("qgemv", std::string("ember ") + fname + " gate/up+GLU n=1 2x" + shape, gbs, "GB/s", note);
+      // Auto (the backend's pick: staged when x fits) at n = 1, 4, 8; the direct kernel beside it.
+      for (QGemvPath path : {QGemvPath::Auto, QGemvPath::Direct}) {
+        const char* pname = path == QGemvPath::Auto ? "" : " direct";
+        for (int n : {1, 4, 8}) {
+          if (path == QGemvPath::Direct && n == 4) continue;
+          const double ms = time_graph(s, per_graph, 9, [&](int i) {
+            QGemvSeg seg;
+            seg.w = w[i % copies];
+            seg.out = y;
+            seg.m = sh.m;
+            CK(launch_qgemv_multi(f, &seg, 1, x, n, sh.k, /*pdl=*/true, s, path));
+          });
+          const double gbs = qbytes / (ms * 1e-3) / 1e9;
+          char note[96];
+          std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f MB", ms * 1e3, 100.0 * gbs / copy_gbs, qbytes / 1e6);
+          result("qgemv", std::string("ember ") + fname + pname + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
+        }
+        if (sh.m == 14336) {  // gate and up (two copies of the matrix) with the GLU epilogue
+          const double ms = time_graph(s, per_graph, 9, [&](int i) {
+            CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, 1, sh.m, sh.k, false, y, nullptr,
+                                nullptr, true, s, path));
+          });
+          const double gbs = 2.0 * qbytes / (ms * 1e-3) / 1e9;
+          char note[96];
+          std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+          result("qgemv", std::string("ember ") + fname + pname + " gate/up+GLU n=1 2x" + shape, gbs, "GB/s", note);
+        }
       }
       if (f == QFormat::Fp8 && sh.m == 14336) {
         const int64_t n = 256, k_pad = qweight_k_pad(f, sh.k);

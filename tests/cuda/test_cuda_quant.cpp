@@ -14,6 +14,7 @@ namespace ember {
 namespace {
 
 using cuda_test::backend;
+using cuda_test::DevTensor;
 using cuda_test::dev_floats;
 using cuda_test::dev_tensor;
 using cuda_test::download_floats;
@@ -174,6 +175,94 @@ TEST(CudaQuant, FusedMultiAndGlu) {
       for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
       EXPECT_LE(rel(download_floats(og.t), rglu), 1e-2) << f << " glu n " << n;
       EXPECT_LE(rel(download_floats(ou.t), ru), 8e-3) << f << " up kept n " << n;
+    }
+  }
+}
+
+// Each packed GEMV kernel (staged: x in shared memory, persistent grid; direct) on its own
+// against the double reference, at sizes that take the persistent loop (more 16-row tiles than
+// resident blocks), segment changes inside it, odd k, every batch size class, and a k whose
+// BF16 x does not fit the staged kernel (direct only; Auto must take it too).
+TEST(CudaQuant, GemvKernelsEachMatchReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t m, k;
+    int n;
+  };
+  const Case cases[] = {{9601, 136, 1}, {37, 200, 3}, {301, 1032, 8}, {4100, 4104, 2}, {16, 64, 5}, {1000, 10000, 8}};
+  const cuda::QGemvPath paths[] = {cuda::QGemvPath::Staged, cuda::QGemvPath::Direct, cuda::QGemvPath::Auto};
+  uint32_t seed = 500;
+  for (const char* f : {"int4", "fp8"}) {
+    const cuda::QFormat qf = std::string(f) == "int4" ? cuda::QFormat::Int4 : cuda::QFormat::Fp8;
+    for (const Case& c : cases) {
+      Packed p = make_packed(f, c.m, c.k, seed++);
+      const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++, -2.0f, 1.5f);
+      auto x = dev_floats(xs, {c.n, c.k});
+      const auto ref = reference(xs, p.dec, nullptr, c.n, c.m, c.k, true);
+      int ran_staged = 0;
+      for (cuda::QGemvPath path : paths) {
+        if (path == cuda::QGemvPath::Staged && !cuda::qgemv_staged_fits(qf, c.n, c.k)) continue;
+        ran_staged += path == cuda::QGemvPath::Staged;
+        auto out = dev_tensor(DType::F32, {c.n, c.m});
+        cuda::QGemvSeg seg;
+        seg.w = p.t.data;
+        seg.out = static_cast<float*>(out.t.data);
+        seg.m = c.m;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cuda::launch_qgemv_multi(qf, &seg, 1, static_cast<const float*>(x.t.data), c.n, c.k, false, nullptr, path),
+                  cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_LE(rel(download_floats(out.t), ref), 1e-4)
+            << f << " path " << static_cast<int>(path) << " m " << c.m << " k " << c.k << " n " << c.n;
+      }
+      EXPECT_EQ(ran_staged, c.k == 10000 ? 0 : 1) << "staged kernel coverage, k " << c.k << " n " << c.n;
+    }
+  }
+}
+
+// q/k/v-style segments and gate/up + GLU through each kernel, with more tiles than resident blocks.
+TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* f : {"int4", "fp8"}) {
+    const cuda::QFormat qf = std::string(f) == "int4" ? cuda::QFormat::Int4 : cuda::QFormat::Fp8;
+    const int64_t k = 264, ms[3] = {5001, 3001, 77}, mf = 4500;
+    Packed w[3] = {make_packed(f, ms[0], k, 41), make_packed(f, ms[1], k, 42), make_packed(f, ms[2], k, 43)};
+    Packed g = make_packed(f, mf, k, 44), u = make_packed(f, mf, k, 45);
+    for (int n : {1, 3}) {
+      const auto xs = random_floats(static_cast<size_t>(n * k), 46 + n);
+      auto x = dev_floats(xs, {n, k});
+      const auto* xp = static_cast<const float*>(x.t.data);
+      for (cuda::QGemvPath path : {cuda::QGemvPath::Staged, cuda::QGemvPath::Direct}) {
+        DevTensor outs[3] = {dev_tensor(DType::F32, {n, ms[0]}), dev_tensor(DType::F32, {n, ms[1]}),
+                             dev_tensor(DType::F32, {n, ms[2]})};
+        const auto bs = random_floats(static_cast<size_t>(ms[1]), 48);
+        auto bias = dev_floats(bs, {ms[1]});
+        cuda::QGemvSeg segs[3];
+        for (int i = 0; i < 3; ++i) {
+          segs[i].w = w[i].t.data;
+          segs[i].out = static_cast<float*>(outs[i].t.data);
+          segs[i].m = ms[i];
+        }
+        segs[1].bias = static_cast<const float*>(bias.t.data);
+        auto og = dev_tensor(DType::F32, {n, mf}), ou = dev_tensor(DType::F32, {n, mf}), oglu = dev_tensor(DType::F32, {n, mf});
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cuda::launch_qgemv_multi(qf, segs, 3, xp, n, k, false, nullptr, path), cudaSuccess);
+        ASSERT_EQ(cuda::launch_qgemv_glu(qf, g.t.data, u.t.data, xp, n, mf, k, false, static_cast<float*>(oglu.t.data),
+                                         static_cast<float*>(og.t.data), static_cast<float*>(ou.t.data), false, nullptr, path),
+                  cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const int pi = static_cast<int>(path);
+        for (int i = 0; i < 3; ++i)
+          EXPECT_LE(rel(download_floats(outs[i].t), reference(xs, w[i].dec, i == 1 ? bs.data() : nullptr, n, ms[i], k, true)), 1e-4)
+              << f << " path " << pi << " segment " << i << " n " << n;
+        const auto rg = reference(xs, g.dec, nullptr, n, mf, k, true);
+        const auto ru = reference(xs, u.dec, nullptr, n, mf, k, true);
+        std::vector<double> rglu(rg.size());
+        for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+        EXPECT_LE(rel(download_floats(og.t), rg), 1e-4) << f << " path " << pi << " gate n " << n;
+        EXPECT_LE(rel(download_floats(ou.t), ru), 1e-4) << f << " path " << pi << " up n " << n;
+        EXPECT_LE(rel(download_floats(oglu.t), rglu), 2e-4) << f << " path " << pi << " glu n " << n;
+      }
     }
   }
 }

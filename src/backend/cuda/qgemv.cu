@@ -1,4 +1,6 @@
-// Tensor-core GEMV for packed int4 / FP8 weights (layout in qgemv.cuh), batches of 1-8 rows.
+// Tensor-core GEMV for packed int4 / FP8 weights (layout in qgemv.cuh), batches of 1-8 rows: the
+// direct kernel (x read from global memory per unit) and the dispatch to the staged kernel
+// (qgemv_staged.cu), which the launchers below prefer when its shared memory fits.
 //
 // One block of 8 warps owns a tile of 16 weight rows (in GLU mode the same 16 rows of the gate
 // and of the up matrix) and splits k among its warps: warp w takes the 16-byte-per-lane units
@@ -23,6 +25,9 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/qgemv.cuh"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace ember::cuda {
 
 namespace {
@@ -30,25 +35,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kStages = 4;
 
-struct QArgs {
-  const uint8_t* w[kQGemvMaxSegs] = {};
-  const void* scales[kQGemvMaxSegs] = {};
-  const float* bias[kQGemvMaxSegs] = {};
-  float* out[kQGemvMaxSegs] = {};
-  int64_t m[kQGemvMaxSegs] = {};
-  int tile_end[kQGemvMaxSegs] = {};  // cumulative 16-row tiles of segments 0..s
-  int n_segs = 0;
-  const float* x = nullptr;
-  int n = 0;
-  int64_t k = 0;
-  int64_t row_bytes = 0;
-  int n_units = 0;
-  // GLU mode: w[0] gate, w[1] up (tiles over the gate only).
-  float* glu_out = nullptr;
-  float* gate_out = nullptr;
-  float* up_out = nullptr;
-  bool gelu = false;
-};
+using QArgs = QGemvProblem;
 
 // Four BF16 pairs of int4 word w (see the file comment), q in [-8, 7] exactly.
 __device__ __forceinline__ void dequant_int4(uint32_t w, uint32_t r[4]) {
@@ -267,10 +254,11 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(const QArgs A) {
 }
 
 template <int S>
-cudaError_t launch(QFormat f, const QArgs& A, int tiles, bool pdl, cudaStream_t stream) {
+cudaError_t launch(QFormat f, const QArgs& A, bool pdl, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(A.n_tiles));
   if (f == QFormat::Int4)
-    return launch_kernel(qgemv_kernel<QFormat::Int4, S>, dim3(tiles), dim3(kWarps * 32), 0, stream, pdl, A);
-  return launch_kernel(qgemv_kernel<QFormat::Fp8, S>, dim3(tiles), dim3(kWarps * 32), 0, stream, pdl, A);
+    return launch_kernel(qgemv_kernel<QFormat::Int4, S>, grid, dim3(kWarps * 32), 0, stream, pdl, A);
+  return launch_kernel(qgemv_kernel<QFormat::Fp8, S>, grid, dim3(kWarps * 32), 0, stream, pdl, A);
 }
 
 QArgs base_args(QFormat f, const float* x, int n, int64_t k) {
@@ -287,6 +275,16 @@ const void* scales_of(QFormat f, const void* w, int64_t m, int64_t k) {
   return static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
 }
 
+// Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or x does not fit.
+bool use_staged(QGemvPath path, QFormat f, int n, int64_t k) {
+  static const bool env_direct = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV");
+    return e != nullptr && std::strcmp(e, "direct") == 0;
+  }();
+  if (path == QGemvPath::Direct || (path == QGemvPath::Auto && env_direct)) return false;
+  return path == QGemvPath::Staged || qgemv_staged_fits(f, n, k);
+}
+
 }  // namespace
 
 bool qgemv_supported(int n, int64_t k, const void* x) {
@@ -294,7 +292,7 @@ bool qgemv_supported(int n, int64_t k, const void* x) {
 }
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
-                               int64_t k, bool pdl, cudaStream_t stream) {
+                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   QArgs A = base_args(f, x, n, k);
   int tiles = 0, used = 0;
@@ -311,12 +309,14 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   }
   if (used == 0) return cudaSuccess;
   A.n_segs = used;
-  return launch<1>(f, A, tiles, pdl, stream);
+  A.n_tiles = tiles;
+  if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
+  return launch<1>(f, A, pdl, stream);
 }
 
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
-                             float* up_out, bool pdl, cudaStream_t stream) {
+                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path) {
   if (m == 0) return cudaSuccess;
   if (!qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   QArgs A = base_args(f, x, n, k);
@@ -326,13 +326,13 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
   A.scales[1] = scales_of(f, w_up, m, k);
   A.m[0] = A.m[1] = m;
   A.n_segs = 1;
-  const int tiles = static_cast<int>((m + 15) / 16);
-  A.tile_end[0] = tiles;
+  A.n_tiles = A.tile_end[0] = static_cast<int>((m + 15) / 16);
   A.glu_out = out;
   A.gate_out = gate_out == out ? nullptr : gate_out;
   A.up_out = up_out;
   A.gelu = gelu_tanh;
-  return launch<2>(f, A, tiles, pdl, stream);
+  if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
+  return launch<2>(f, A, pdl, stream);
 }
 
 }  // namespace ember::cuda

@@ -85,13 +85,44 @@ constexpr int kQGemvMaxSegs = 4;
 // True when the GEMV takes this problem: 1 <= n <= kQGemvMaxBatch, k % 8 == 0, x 16-byte aligned.
 bool qgemv_supported(int n, int64_t k, const void* x);
 
+// Which GEMV kernel runs: Staged (qgemv_staged.cu: x staged once per block as BF16 in shared
+// memory, persistent grid; needs qgemv_staged_fits), Direct (qgemv.cu: x read per unit), or
+// Auto: Staged when it fits, unless EMBER_CUDA_QGEMV=direct. Both compute the same function
+// (x rounded to BF16, exact weights, F32 sums).
+enum class QGemvPath : int { Auto = 0, Staged = 1, Direct = 2 };
+
 // Up to kQGemvMaxSegs packed matrices of one format sharing x [n, k] F32, one launch.
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
-                               int64_t k, bool pdl, cudaStream_t stream);
+                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
-                             float* up_out, bool pdl, cudaStream_t stream);
+                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto);
+
+// One GEMV launch as the two launchers above set it up for either kernel (kernel argument).
+struct QGemvProblem {
+  const uint8_t* w[kQGemvMaxSegs] = {};  // GLU: w[0] gate, w[1] up (tiles over the gate only)
+  const void* scales[kQGemvMaxSegs] = {};
+  const float* bias[kQGemvMaxSegs] = {};
+  float* out[kQGemvMaxSegs] = {};
+  int64_t m[kQGemvMaxSegs] = {};
+  int tile_end[kQGemvMaxSegs] = {};  // cumulative 16-row tiles of segments 0..s
+  int n_segs = 0;
+  int n_tiles = 0;
+  const float* x = nullptr;
+  int n = 0;
+  int64_t k = 0;
+  int64_t row_bytes = 0;
+  int n_units = 0;  // 64-byte row units (128 int4 / 64 fp8 elements)
+  float* glu_out = nullptr;
+  float* gate_out = nullptr;
+  float* up_out = nullptr;
+  bool gelu = false;
+};
+
+// The staged kernel (qgemv_staged.cu), reached through the two launchers above.
+bool qgemv_staged_fits(QFormat f, int n, int64_t k);  // n rows of BF16 x fit its shared memory
+cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream);
 
 }  // namespace ember::cuda

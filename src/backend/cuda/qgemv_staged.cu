@@ -1,0 +1,422 @@
+// Packed int4 / FP8 GEMV with x staged in shared memory (the "staged" path of qgemv.cuh), for
+// batches of 1-8 rows whose BF16 copy of x fits (qgemv_staged_fits).
+//
+// Same work split as the direct kernel (qgemv.cu): a block of 8 warps owns a tile of 16 weight
+// rows (GLU: 16 rows of gate and of up), warp w takes the 64-byte units w, w + 8, ... of those
+// rows (a unit is 128 elements for int4 = one scale group, 64 for fp8), kStages units in
+// flight, lane (g, t) = (lane / 4, lane % 4) reading 16 bytes of rows g and g + 8, dequantized
+// in registers into mma.m16n8k16 A fragments whose k order is the lane's own slice. What
+// differs, to cut the instructions per weight:
+//   - x is converted once per block (after griddepcontrol.wait) to BF16 in shared memory, laid
+//     out so that a lane's B fragments for a unit are 2-4 conflict-free 16-byte loads (the
+//     slice of lane t at j * 64 + t * 16 of the unit); batch rows >= n read a zero block.
+//   - the grid is persistent (at most the resident blocks; a block loops over tiles with
+//     stride gridDim.x), so x is staged once per block, and the loads of the next tile's
+//     first units are issued before the current tile's reduction.
+//   - int4: (w >> 4p) & 0x000f000f | 0x43004300 is BF16 128 + nibble = 136 + q; no subtraction
+//     per element: the mma sums (136 + q) x and the epilogue of each unit takes 136 * (sum of
+//     the unit's BF16 x), computed while staging, off before applying the group scale.
+//   - fp8: bytes 0 and 2 / 1 and 3 of a word become BF16 pairs (sign to bit 15, exponent and
+//     mantissa to bits 4-10: the value times 2^-120) with two shifts and two masks; x is staged
+//     times 2^60 (same BF16 rounding) so products stay normal, and the row scale takes 2^60.
+//     The staged x of each 4 elements is ordered (0, 2, 1, 3) to match.
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/qgemv.cuh"
+
+#include <mutex>
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+// Units in flight per warp: each is 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream,
+// copied by cp.async into a ring of lane-private shared-memory slots (64 KiB a block).
+template <int S>
+constexpr int stages() { return S == 1 ? 8 : 4; }
+constexpr size_t kRingBytes = size_t{kWarps} * 8 * 1024;
+constexpr int kZeroBytes = 256;                         // zero B fragments for batch rows >= n
+constexpr size_t kMaxSmem = kRingBytes + 64 * 1024;     // dynamic shared memory the staged path may take
+
+template <QFormat F>
+struct SFmt;
+template <>
+struct SFmt<QFormat::Int4> {
+  static constexpr int kUnit = 128;  // elements per unit
+  static constexpr int kXVec = 4;    // 16-byte B loads per lane and unit
+};
+template <>
+struct SFmt<QFormat::Fp8> {
+  static constexpr int kUnit = 64;
+  static constexpr int kXVec = 2;
+};
+
+struct SArgs : QGemvProblem {
+  int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
+  int x_stride = 0;  // bytes of one staged x row
+};
+
+int staged_x_stride(QFormat f, int64_t k) {
+  return static_cast<int>(qweight_k_pad(f, k) * 2 + 64);  // +64: rows g, g + 1 on other banks
+}
+size_t staged_smem(QFormat f, int n, int64_t k) {  // the ring, then x (see stage_x)
+  const size_t units = static_cast<size_t>(qweight_k_pad(f, k) / qformat_unit(f));
+  return kRingBytes + static_cast<size_t>(n) * staged_x_stride(f, k) + kZeroBytes +
+         (f == QFormat::Int4 ? units * 8 * 4 : 0);
+}
+
+// 16 bytes global -> shared (L2 only), one group per ring slot.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// mma.m16n8k16 BF16 -> F32 (not volatile: the compiler may schedule it).
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// (w >> 4p) & 0x000f000f | 0x43004300 in one lop3 (written out: the compiler splits the two
+// immediates into two).
+__device__ __forceinline__ uint32_t i4pair(uint32_t w, int p) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w >> (4 * p)), "r"(0x000f000fu), "r"(0x43004300u));
+  return r;
+}
+// e4m3 bytes 0, 2 (p02) and 1, 3 (p13) of w -> BF16 pairs of value * 2^-120.
+__device__ __forceinline__ uint32_t fp8_p02(uint32_t w) {
+  return ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t fp8_p13(uint32_t w) {
+  return ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u);
+}
+
+
+// Load pointers of one tile: rows g and g + 8 (clamped to m - 1) of each stream.
+template <int S>
+struct TilePtrs {
+  const uint8_t* lo[S];
+  const uint8_t* hi[S];
+  const __nv_bfloat16* sl[S];
+  const __nv_bfloat16* sh[S];
+  int64_t m;
+};
+
+// Segment of a tile, selected with constant indices (A stays in parameter space).
+struct Seg {
+  const uint8_t* w;
+  const void* sc;
+  const float* bias;
+  float* out;
+  int64_t m;
+  int t0;
+};
+template <bool kGlu>
+__device__ __forceinline__ Seg seg_of(const SArgs& A, int tile) {
+  Seg s{A.w[0], A.scales[0], A.bias[0], A.out[0], A.m[0], 0};
+#pragma unroll
+  for (int i = 1; i < kQGemvMaxSegs; ++i) {
+    if (!kGlu && i < A.n_segs && tile >= A.tile_end[i - 1]) s = Seg{A.w[i], A.scales[i], A.bias[i], A.out[i], A.m[i], A.tile_end[i - 1]};
+  }
+  return s;
+}
+
+// (pointing at this warp's first unit, lane t's 16 bytes)
+template <int S>
+__device__ __forceinline__ void tile_ptrs(const SArgs& A, int tile, int g, int t, int warp, TilePtrs<S>& p) {
+  const Seg sg = seg_of<S == 2>(A, tile);
+  const int64_t row0 = static_cast<int64_t>(tile - sg.t0) * 16;
+  const int64_t r_lo = min(row0 + g, sg.m - 1), r_hi = min(row0 + g + 8, sg.m - 1);
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    const uint8_t* w = s == 0 ? sg.w : A.w[1];
+    const void* sc = s == 0 ? sg.sc : A.scales[1];
+    p.lo[s] = w + r_lo * A.row_bytes + warp * 64 + t * 16;
+    p.hi[s] = w + r_hi * A.row_bytes + warp * 64 + t * 16;
+    p.sl[s] = static_cast<const __nv_bfloat16*>(sc) + r_lo + warp * sg.m;
+    p.sh[s] = static_cast<const __nv_bfloat16*>(sc) + r_hi + warp * sg.m;
+  }
+  p.m = sg.m;
+}
+
+// Issues the copies of the unit `j` units past this warp's first one into ring slot `slot`
+// (this lane's 16 bytes of rows g, g + 8 per stream at slot + (2 s + h) * 512 + lane * 16) and
+// loads the int4 scales into sc.
+template <QFormat F, int S>
+__device__ __forceinline__ void load_stage(uint32_t slot, uint32_t (&sc)[S], const TilePtrs<S>& p, int j) {
+  const int64_t off = static_cast<int64_t>(j) * 64;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    cp_async16(slot + (2 * s) * 512, p.lo[s] + off);
+    cp_async16(slot + (2 * s + 1) * 512, p.hi[s] + off);
+    if constexpr (F == QFormat::Int4) {
+      const int64_t so = static_cast<int64_t>(j) * p.m;
+      sc[s] = static_cast<uint32_t>(__bfloat16_as_ushort(p.sl[s][so])) |
+              (static_cast<uint32_t>(__bfloat16_as_ushort(p.sh[s][so])) << 16);
+    }
+  }
+}
+
+// This lane's 16 bytes of rows g (lo) and g + 8 (hi) of stream s from a ring slot.
+__device__ __forceinline__ void read_slot(const uint8_t* slot, int s, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+  const uint4 lv = *reinterpret_cast<const uint4*>(slot + (2 * s) * 512);
+  const uint4 hv = *reinterpret_cast<const uint4*>(slot + (2 * s + 1) * 512);
+  lo[0] = lv.x, lo[1] = lv.y, lo[2] = lv.z, lo[3] = lv.w;
+  hi[0] = hv.x, hi[1] = hv.y, hi[2] = hv.z, hi[3] = hv.w;
+}
+
+// x [n, k] F32 -> BF16 in shared memory (see the file comment), the zero block, and for int4
+// the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
+template <QFormat F>
+__device__ void stage_x(const SArgs& A, uint8_t* smem) {
+  constexpr int U = SFmt<F>::kUnit;
+  constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
+  const int tid = threadIdx.x;
+  const int per_row = A.n_units * kPerUnit;
+  const int total = A.n * per_row;
+  const int zoff = A.n * A.x_stride;
+  float* xsum = reinterpret_cast<float*>(smem + zoff + kZeroBytes);
+  for (int base = 0; base < total; base += kWarps * 32) {  // uniform trip count (shuffles below)
+    const int c = base + tid;
+    const bool ok = c < total;
+    const int row = ok ? c / per_row : 0, cc = ok ? c % per_row : 0;
+    const int u = cc / kPerUnit, ci = cc % kPerUnit;
+    const int64_t k0 = static_cast<int64_t>(u) * U + ci * 8;
+    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+    if (ok && k0 < A.k) {  // k % 8 == 0: a chunk is all in or all out
+      const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
+      v0 = __ldg(xp);
+      v1 = __ldg(xp + 1);
+    }
+    uint4 o;
+    if constexpr (F == QFormat::Int4) {
+      o.x = pack2<__nv_bfloat16>(v0.x, v0.y);
+      o.y = pack2<__nv_bfloat16>(v0.z, v0.w);
+      o.z = pack2<__nv_bfloat16>(v1.x, v1.y);
+      o.w = pack2<__nv_bfloat16>(v1.z, v1.w);
+      float sum = bf16_lo(o.x) + bf16_hi(o.x) + bf16_lo(o.y) + bf16_hi(o.y) + bf16_lo(o.z) + bf16_hi(o.z) +
+                  bf16_lo(o.w) + bf16_hi(o.w);
+#pragma unroll
+      for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);  // the unit's 16 chunks
+      if (ok && ci == 0) xsum[u * 8 + row] = sum;
+      if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 4) * 64 + (ci / 4) * 16) = o;
+    } else {
+      const float s = 1152921504606846976.0f;  // 2^60
+      o.x = pack2<__nv_bfloat16>(v0.x * s, v0.z * s);
+      o.y = pack2<__nv_bfloat16>(v0.y * s, v0.w * s);
+      o.z = pack2<__nv_bfloat16>(v1.x * s, v1.z * s);
+      o.w = pack2<__nv_bfloat16>(v1.y * s, v1.w * s);
+      if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 2) * 64 + (ci / 2) * 16) = o;
+    }
+  }
+  if (tid < kZeroBytes / 16) reinterpret_cast<uint4*>(smem + zoff)[tid] = make_uint4(0, 0, 0, 0);
+  if constexpr (F == QFormat::Int4) {
+    for (int i = tid; i < A.n_units * 8; i += kWarps * 32)
+      if (i % 8 >= A.n) xsum[i] = 0.0f;
+  }
+}
+
+template <QFormat F, int S>
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
+  constexpr bool kGlu = S == 2;
+  constexpr int U = SFmt<F>::kUnit;
+  constexpr int kStages = stages<S>();
+  extern __shared__ __align__(16) uint8_t smem_all[];
+  __shared__ float4 red[2][kWarps][32][S];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int n_units = A.n_units, n_chunks = A.n_chunks, n_tiles = A.n_tiles;
+  int tile = blockIdx.x;
+  // This warp's ring: slot p at ring + p * S * 1024 (kStages * S = 8 KiB a warp).
+  const uint32_t ring = smem_addr(smem_all) + warp * (kStages * S * 1024) + lane * 16;
+  const uint8_t* ring_ptr = smem_all + warp * (kStages * S * 1024) + lane * 16;
+  uint8_t* smem = smem_all + kRingBytes;
+
+  TilePtrs<S> lp;
+  tile_ptrs<S>(A, tile, g, t, warp, lp);
+  uint32_t sc[kStages][S];
+#pragma unroll
+  for (int p = 0; p < kStages; ++p) {
+    if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * S * 1024, sc[p], lp, kWarps * p);
+    cp_commit();
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  stage_x<F>(A, smem);
+  __syncthreads();
+
+  // This lane's B fragments: batch row g, or the zero block (which does not move with the unit).
+  const bool xrow = g < A.n;  // (x region: see stage_x)
+  const uint8_t* xb_base = smem + (xrow ? g * A.x_stride : A.n * A.x_stride) + t * 16;
+  const int xb_step = xrow ? 2 * U : 0;
+  const float* xsum = reinterpret_cast<const float*>(smem + A.n * A.x_stride + kZeroBytes);
+
+  int buf = 0;
+  for (; tile < n_tiles; tile += gridDim.x) {
+    float acc[S][4];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
+    for (int c = 0; c < n_chunks; ++c) {
+      const bool last = c + 1 == n_chunks;
+      const int ntile = last ? tile + static_cast<int>(gridDim.x) : tile;
+      const int nc = last ? 0 : c + 1;
+      if (last && ntile < n_tiles) tile_ptrs<S>(A, ntile, g, t, warp, lp);
+      // Units of slot p: warp + kWarps * (c * kStages + p) now, the same p of chunk nc next.
+      const int u0 = warp + kWarps * c * kStages;
+      const uint8_t* xb_c = xb_base + u0 * xb_step;
+      const float* xs_c = xsum + u0 * 8 + 2 * t;
+#pragma unroll
+      for (int p = 0; p < kStages; ++p) {
+        cp_wait<kStages - 1>();  // this lane's copies of slot p (the oldest group) have landed
+        if (u0 + kWarps * p < n_units) {
+          const uint8_t* slot = ring_ptr + p * S * 1024;
+          uint4 xb[SFmt<F>::kXVec];
+#pragma unroll
+          for (int j = 0; j < SFmt<F>::kXVec; ++j)
+            xb[j] = *reinterpret_cast<const uint4*>(xb_c + p * kWarps * xb_step + j * 64);
+          if constexpr (F == QFormat::Int4) {
+            const float2 xs = *reinterpret_cast<const float2*>(xs_c + p * kWarps * 8);
+#pragma unroll
+            for (int s = 0; s < S; ++s) {
+              uint32_t lo[4], hi[4];
+              read_slot(slot, s, lo, hi);
+              float pa[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                // step 2i: pairs 0, 1 (elements 8i..8i+3); step 2i + 1: pairs 2, 3.
+                mma_bf16(pa, i4pair(lo[i], 0), i4pair(hi[i], 0), i4pair(lo[i], 1), i4pair(hi[i], 1),
+                         (&xb[i].x)[0], (&xb[i].x)[1]);
+                mma_bf16(pb, i4pair(lo[i], 2), i4pair(hi[i], 2), i4pair(lo[i], 3), i4pair(hi[i], 3),
+                         (&xb[i].x)[2], (&xb[i].x)[3]);
+              }
+              const float sl = bf16_lo(sc[p][s]), sh = bf16_hi(sc[p][s]);
+              acc[s][0] = fmaf(sl, fmaf(-136.0f, xs.x, pa[0] + pb[0]), acc[s][0]);
+              acc[s][1] = fmaf(sl, fmaf(-136.0f, xs.y, pa[1] + pb[1]), acc[s][1]);
+              acc[s][2] = fmaf(sh, fmaf(-136.0f, xs.x, pa[2] + pb[2]), acc[s][2]);
+              acc[s][3] = fmaf(sh, fmaf(-136.0f, xs.y, pa[3] + pb[3]), acc[s][3]);
+            }
+          } else {
+#pragma unroll
+            for (int s = 0; s < S; ++s) {
+              uint32_t lo[4], hi[4];
+              read_slot(slot, s, lo, hi);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const uint32_t* xr = &xb[i / 2].x + 2 * (i % 2);
+                mma_bf16(acc[s], fp8_p02(lo[i]), fp8_p02(hi[i]), fp8_p13(lo[i]), fp8_p13(hi[i]), xr[0], xr[1]);
+              }
+            }
+          }
+        }
+        const int nj = kWarps * (nc * kStages + p);
+        if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + p * S * 1024, sc[p], lp, nj);
+        cp_commit();
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
+    __syncthreads();
+    if (threadIdx.x < 128) {
+      // Thread (l, v): lane l's accumulator v = row (l / 4) + 8 * (v / 2), batch column 2 (l % 4) + v % 2.
+      const int l = threadIdx.x / 4, v = threadIdx.x % 4;
+      const Seg sg = seg_of<kGlu>(A, tile);
+      const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + l / 4 + 8 * (v / 2);
+      const int col = 2 * (l % 4) + (v % 2);
+      if (row < sg.m && col < A.n) {
+        float sum[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          float z = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
+          if constexpr (F == QFormat::Fp8)
+            z *= static_cast<const float*>(s == 0 ? sg.sc : A.scales[1])[row] * 1152921504606846976.0f;
+          sum[s] = z;
+        }
+        const int64_t i = col * sg.m + row;
+        if constexpr (kGlu) {
+          if (A.gate_out) A.gate_out[i] = sum[0];
+          if (A.up_out) A.up_out[i] = sum[1];
+          A.glu_out[i] = glu_act(sum[0], A.gelu) * sum[1];
+        } else {
+          sg.out[i] = sum[0] + (sg.bias ? sg.bias[row] : 0.0f);
+        }
+      }
+    }
+    buf ^= 1;  // the next tile writes the other buffer; the barrier above orders the reuse
+  }
+}
+
+// Resident blocks of kernel with smem bytes of dynamic shared memory, times the SMs (cached).
+template <typename K>
+int resident_blocks(K kernel, size_t smem) {
+  struct Entry {
+    const void* fn;
+    int dev;
+    size_t smem;
+    int blocks;
+  };
+  static std::mutex mu;
+  static Entry cache[64];
+  static int used = 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < used; ++i)
+    if (cache[i].fn == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev && cache[i].smem == smem)
+      return cache[i].blocks;
+  int per_sm = 0, sms = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSmem)) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  const int blocks = per_sm * sms;
+  if (used < 64) cache[used++] = Entry{reinterpret_cast<const void*>(kernel), dev, smem, blocks};
+  return blocks;
+}
+
+template <QFormat F, int S>
+cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
+  auto kernel = qgemv_staged_kernel<F, S>;
+  const size_t smem = staged_smem(F, A.n, A.k);
+  const int resident = resident_blocks(kernel, smem);
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
+}
+
+template <int S>
+cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
+  return f == QFormat::Int4 ? launch_typed<QFormat::Int4, S>(A, pdl, stream)
+                            : launch_typed<QFormat::Fp8, S>(A, pdl, stream);
+}
+
+}  // namespace
+
+bool qgemv_staged_fits(QFormat f, int n, int64_t k) {
+  return n >= 1 && n <= kQGemvMaxBatch && staged_smem(f, n, k) <= kMaxSmem;
+}
+
+cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
+  if (!qgemv_staged_fits(f, p.n, p.k)) return cudaErrorInvalidValue;
+  SArgs A;
+  static_cast<QGemvProblem&>(A) = p;
+  A.x_stride = staged_x_stride(f, p.k);
+  const int per_round = kWarps * (glu ? stages<2>() : stages<1>());
+  A.n_chunks = (A.n_units + per_round - 1) / per_round;
+  return glu ? launch_s<2>(f, A, pdl, stream) : launch_s<1>(f, A, pdl, stream);
+}
+
+}  // namespace ember::cuda
