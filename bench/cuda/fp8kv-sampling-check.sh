@@ -11,13 +11,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${DEB_DIR:-$root/.gpu}
-if [[ -n ${SETUP:-} ]]; then
-  for f in "$debs"/*.deb; do case $f in *icu-dev*|*brotli*|*libssl*) ;; *) dpkg -x "$f" / ;; esac; done
-  ldconfig -p | grep -q libbrotlienc.so.1 || dpkg -x "$debs"/libbrotli1_*.deb /
-  ldconfig -p | grep -q libssl.so.3 || dpkg -x "$debs"/libssl3_*.deb /
-  ldconfig
-fi
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$root/bench/cuda/device-setup.sh"
 bin=${BIN_DIR:-/tmp/ember-bin}
 if [[ -n ${BIN_TAR:-} ]]; then mkdir -p "$bin" && tar -xJf "$BIN_TAR" -C "$bin"; fi
 logs=${LOG_DIR:-${OUT:-/tmp/fp8kv-logs}}

@@ -3,10 +3,12 @@
 //
 // Same work split as the direct kernel (qgemv.cu): a block of 8 warps owns a tile of 16 weight
 // rows (GLU: 16 rows of gate and of up), warp w takes the 64-byte units w, w + 8, ... of those
-// rows (a unit is 128 elements for int4 = one scale group, 64 for fp8), kStages units in
-// flight, lane (g, t) = (lane / 4, lane % 4) reading 16 bytes of rows g and g + 8, dequantized
-// in registers into mma.m16n8k16 A fragments whose k order is the lane's own slice. What
-// differs, to cut the instructions per weight:
+// rows (a unit is 128 elements for int4 = one scale group, 64 for fp8), lane (g, t) =
+// (lane / 4, lane % 4) reading 16 bytes of rows g and g + 8, dequantized in registers into
+// mma.m16n8k16 A fragments whose k order is the lane's own slice. What differs, to cut the
+// instructions per weight and keep more bytes in flight:
+//   - the weights go through a cp.async ring of lane-private shared-memory slots (8 units a
+//     warp, 4 for gate/up), each lane reading back only the bytes it copied (no barrier);
 //   - x is converted once per block (after griddepcontrol.wait) to BF16 in shared memory, laid
 //     out so that a lane's B fragments for a unit are 2-4 conflict-free 16-byte loads (the
 //     slice of lane t at j * 64 + t * 16 of the unit); batch rows >= n read a zero block.
@@ -19,11 +21,15 @@
 //   - fp8: bytes 0 and 2 / 1 and 3 of a word become BF16 pairs (sign to bit 15, exponent and
 //     mantissa to bits 4-10: the value times 2^-120) with two shifts and two masks; x is staged
 //     times 2^60 (same BF16 rounding) so products stay normal, and the row scale takes 2^60.
-//     The staged x of each 4 elements is ordered (0, 2, 1, 3) to match.
+//     The staged x of each 4 elements is ordered (0, 2, 1, 3) to match. (e4m3 subnormals,
+//     |w| < row max / 28672, become BF16 subnormals; the tests cannot tell whether the mma
+//     keeps or flushes them.)
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/qgemv.cuh"
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace ember::cuda {
@@ -225,7 +231,50 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem) {
   }
 }
 
+// acc += one unit's products: the weights of ring slot `slot`, x B fragments at xb (+ j * 64),
+// int4: the unit's x sums at xs and the group scales sc.
 template <QFormat F, int S>
+__device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint32_t (&sc)[S], const uint8_t* xb_ptr,
+                                             const float* xs_ptr, float (&acc)[S][4]) {
+  uint4 xb[SFmt<F>::kXVec];
+#pragma unroll
+  for (int j = 0; j < SFmt<F>::kXVec; ++j) xb[j] = *reinterpret_cast<const uint4*>(xb_ptr + j * 64);
+  if constexpr (F == QFormat::Int4) {
+    const float2 xs = *reinterpret_cast<const float2*>(xs_ptr);
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      uint32_t lo[4], hi[4];
+      read_slot(slot, s, lo, hi);
+      float pa[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        // step 2i: pairs 0, 1 (elements 8i..8i+3); step 2i + 1: pairs 2, 3.
+        mma_bf16(pa, i4pair(lo[i], 0), i4pair(hi[i], 0), i4pair(lo[i], 1), i4pair(hi[i], 1), (&xb[i].x)[0],
+                 (&xb[i].x)[1]);
+        mma_bf16(pb, i4pair(lo[i], 2), i4pair(hi[i], 2), i4pair(lo[i], 3), i4pair(hi[i], 3), (&xb[i].x)[2],
+                 (&xb[i].x)[3]);
+      }
+      const float sl = bf16_lo(sc[s]), sh = bf16_hi(sc[s]);
+      acc[s][0] = fmaf(sl, fmaf(-136.0f, xs.x, pa[0] + pb[0]), acc[s][0]);
+      acc[s][1] = fmaf(sl, fmaf(-136.0f, xs.y, pa[1] + pb[1]), acc[s][1]);
+      acc[s][2] = fmaf(sh, fmaf(-136.0f, xs.x, pa[2] + pb[2]), acc[s][2]);
+      acc[s][3] = fmaf(sh, fmaf(-136.0f, xs.y, pa[3] + pb[3]), acc[s][3]);
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      uint32_t lo[4], hi[4];
+      read_slot(slot, s, lo, hi);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t* xr = &xb[i / 2].x + 2 * (i % 2);
+        mma_bf16(acc[s], fp8_p02(lo[i]), fp8_p02(hi[i]), fp8_p13(lo[i]), fp8_p13(hi[i]), xr[0], xr[1]);
+      }
+    }
+  }
+}
+
+template <QFormat F, int S, int P>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
@@ -243,7 +292,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
 
   TilePtrs<S> lp;
   tile_ptrs<S>(A, tile, g, t, warp, lp);
-  uint32_t sc[kStages][S];
+  uint32_t sc[kStages][S] = {};  // finite even for slots never loaded (their x is the zero block)
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
     if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * S * 1024, sc[p], lp, kWarps * p);
@@ -259,6 +308,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   const uint8_t* xb_base = smem + (xrow ? g * A.x_stride : A.n * A.x_stride) + t * 16;
   const int xb_step = xrow ? 2 * U : 0;
   const float* xsum = reinterpret_cast<const float*>(smem + A.n * A.x_stride + kZeroBytes);
+  const uint8_t* zero_xb = smem + A.n * A.x_stride + t * 16;
+  const float* zero_xs = reinterpret_cast<const float*>(smem + A.n * A.x_stride) + 2 * t;
 
   int buf = 0;
   for (; tile < n_tiles; tile += gridDim.x) {
@@ -276,52 +327,26 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
       const int u0 = warp + kWarps * c * kStages;
       const uint8_t* xb_c = xb_base + u0 * xb_step;
       const float* xs_c = xsum + u0 * 8 + 2 * t;
+      // P units per wait, branch-free inside (a unit past n_units reads the zero block as x: adds
+      // 0), so the compiler can interleave their dequantization and mma chains.
 #pragma unroll
-      for (int p = 0; p < kStages; ++p) {
-        cp_wait<kStages - 1>();  // this lane's copies of slot p (the oldest group) have landed
+      for (int p = 0; p < kStages; p += P) {
+        cp_wait<kStages - P>();  // this lane's copies of slots p..p+P-1 (the oldest groups) have landed
         if (u0 + kWarps * p < n_units) {
-          const uint8_t* slot = ring_ptr + p * S * 1024;
-          uint4 xb[SFmt<F>::kXVec];
 #pragma unroll
-          for (int j = 0; j < SFmt<F>::kXVec; ++j)
-            xb[j] = *reinterpret_cast<const uint4*>(xb_c + p * kWarps * xb_step + j * 64);
-          if constexpr (F == QFormat::Int4) {
-            const float2 xs = *reinterpret_cast<const float2*>(xs_c + p * kWarps * 8);
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-              uint32_t lo[4], hi[4];
-              read_slot(slot, s, lo, hi);
-              float pa[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                // step 2i: pairs 0, 1 (elements 8i..8i+3); step 2i + 1: pairs 2, 3.
-                mma_bf16(pa, i4pair(lo[i], 0), i4pair(hi[i], 0), i4pair(lo[i], 1), i4pair(hi[i], 1),
-                         (&xb[i].x)[0], (&xb[i].x)[1]);
-                mma_bf16(pb, i4pair(lo[i], 2), i4pair(hi[i], 2), i4pair(lo[i], 3), i4pair(hi[i], 3),
-                         (&xb[i].x)[2], (&xb[i].x)[3]);
-              }
-              const float sl = bf16_lo(sc[p][s]), sh = bf16_hi(sc[p][s]);
-              acc[s][0] = fmaf(sl, fmaf(-136.0f, xs.x, pa[0] + pb[0]), acc[s][0]);
-              acc[s][1] = fmaf(sl, fmaf(-136.0f, xs.y, pa[1] + pb[1]), acc[s][1]);
-              acc[s][2] = fmaf(sh, fmaf(-136.0f, xs.x, pa[2] + pb[2]), acc[s][2]);
-              acc[s][3] = fmaf(sh, fmaf(-136.0f, xs.y, pa[3] + pb[3]), acc[s][3]);
-            }
-          } else {
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-              uint32_t lo[4], hi[4];
-              read_slot(slot, s, lo, hi);
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                const uint32_t* xr = &xb[i / 2].x + 2 * (i % 2);
-                mma_bf16(acc[s], fp8_p02(lo[i]), fp8_p02(hi[i]), fp8_p13(lo[i]), fp8_p13(hi[i]), xr[0], xr[1]);
-              }
-            }
+          for (int q = 0; q < P; ++q) {
+            const bool ok = u0 + kWarps * (p + q) < n_units;
+            compute_unit<F, S>(ring_ptr + (p + q) * S * 1024, sc[p + q],
+                               ok ? xb_c + (p + q) * kWarps * xb_step : zero_xb,
+                               ok ? xs_c + (p + q) * kWarps * 8 : zero_xs, acc);
           }
         }
-        const int nj = kWarps * (nc * kStages + p);
-        if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + p * S * 1024, sc[p], lp, nj);
-        cp_commit();
+#pragma unroll
+        for (int q = 0; q < P; ++q) {
+          const int nj = kWarps * (nc * kStages + p + q);
+          if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + (p + q) * S * 1024, sc[p + q], lp, nj);
+          cp_commit();
+        }
       }
     }
 #pragma unroll
@@ -389,7 +414,14 @@ int resident_blocks(K kernel, size_t smem) {
 
 template <QFormat F, int S>
 cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
-  auto kernel = qgemv_staged_kernel<F, S>;
+  // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for int4, 2 for fp8
+  // (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs 3416 with 2).
+  static const int pair_env = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_PAIR");
+    return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
+  }();
+  const bool pair = pair_env < 0 ? F == QFormat::Fp8 : pair_env == 1;
+  auto kernel = pair ? qgemv_staged_kernel<F, S, 2> : qgemv_staged_kernel<F, S, 1>;
   const size_t smem = staged_smem(F, A.n, A.k);
   const int resident = resident_blocks(kernel, smem);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
