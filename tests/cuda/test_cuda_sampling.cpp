@@ -232,7 +232,9 @@ TEST(CudaSampling, EdgeCases) {
       EXPECT_GT(seen[600], 1700);
       EXPECT_EQ(seen[17] + seen[600], 4000);
     }
-    if (p.top_p < 1e-3f) EXPECT_EQ(seen[17], 4000) << "tiny top_p keeps the first of the tied maxima";
+    if (p.top_p < 1e-3f) {
+      EXPECT_EQ(seen[17], 4000) << "tiny top_p keeps the first of the tied maxima";
+    }
   }
 }
 
