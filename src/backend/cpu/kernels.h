@@ -144,6 +144,8 @@ void register_avx2_matmul_quant(KernelTable& kt);
 void register_avx2_matmul_float(KernelTable& kt);
 void register_avx512_vec(KernelTable& kt);
 void register_avx512_matmul_quant(KernelTable& kt);
+// The ymm (VNNI) row kernels of the 32-block formats as kt.matmul_stream (see dispatch.cpp).
+void register_avx512_stream(KernelTable& kt);
 void register_avx512_matmul_float(KernelTable& kt);
 void register_avx512_vbmi_matmul(KernelTable& kt);
 #endif

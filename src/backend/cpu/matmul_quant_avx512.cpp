@@ -30,6 +30,13 @@ namespace {
 }  // namespace
 }  // namespace avx512
 
+void register_avx512_stream(KernelTable& kt) {
+  KernelTable ymm;
+  avx512::register_quant_matmul(ymm);
+  for (WeightKind w : {WeightKind::Q4_0, WeightKind::Q5_0, WeightKind::Q8_0})
+    kt.matmul_stream[static_cast<int>(w)] = ymm.matmul[static_cast<int>(w)];
+}
+
 void register_avx512_matmul_quant(KernelTable& kt) {
   avx512::register_quant_matmul(kt);
   avx512::register_b32_zmm(kt);
