@@ -4,10 +4,10 @@
 // then moves the bytes into private anonymous memory advised for transparent huge pages, at
 // the same addresses, so views into the image stay valid.
 //
-// Why: decode streams every weight once per token, and on the machines measured (docs/
-// PERFORMANCE.md, "Weights in memory") a page-cache mapping streamed at 14 GB/s where
-// anonymous 2 MiB pages streamed at 33 GB/s (fewer TLB misses, no page walks through the
-// page cache's 4 KiB pages).
+// Why: decode streams every weight once per token, and on the machine measured (docs/
+// PERFORMANCE.md, "Weights in memory"; bench/memory/read-bandwidth.sh) anonymous 2 MiB pages
+// streamed faster than the page-cache mapping in most sittings (e.g. 33 vs 14 GB/s; fewer TLB
+// misses and page walks), and decode ran 10-22% faster with the weights moved.
 #include "core/status.h"
 
 #include <cstddef>
