@@ -187,15 +187,7 @@ std::vector<RequestOutput> LlmEngine::step() {
     for (size_t i = 0; i < so.samples.size(); ++i) {
       Request* r = scheduler_->find(so.samples[i].seq_id);
       const SamplingParams& p = r->params;
-      DeviceSampleSpec& s = sample_specs_[i];
-      s.logits_row = so.samples[i].logits_row;
-      s.greedy = p.is_greedy();
-      s.temperature = p.temperature;
-      s.top_k = p.top_k;
-      s.top_p = p.top_p;
-      s.min_p = p.min_p;
-      s.logprob = p.logprobs.has_value();
-      s.u = s.greedy ? 0.0 : uniform01(r->rng);  // the host Sampler's one draw per non-greedy pick
+      sample_specs_[i] = DeviceSampleSpec::of(p, so.samples[i].logits_row, p.is_greedy() ? 0.0 : uniform01(r->rng));
     }
   }
 

@@ -24,6 +24,23 @@ struct DeviceSampleSpec {
   float min_p = 0.0f;
   bool logprob = false;  // the raw log-softmax of the token and its rank
   double u = 0.0;
+
+  // The spec of a request's SamplingParams (a template: this layer does not depend on sched/);
+  // u is the host Sampler's one draw per non-greedy pick, drawn by the caller from the
+  // request's generator (ignored for greedy rows).
+  template <class Params>
+  static DeviceSampleSpec of(const Params& p, int logits_row, double u) {
+    DeviceSampleSpec s;
+    s.logits_row = logits_row;
+    s.greedy = p.is_greedy();
+    s.temperature = p.temperature;
+    s.top_k = p.top_k;
+    s.top_p = p.top_p;
+    s.min_p = p.min_p;
+    s.logprob = p.logprobs.has_value();
+    s.u = s.greedy ? 0.0 : u;
+    return s;
+  }
 };
 
 struct DeviceSampled {

@@ -566,16 +566,8 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
     for (int i = 0; i < n_rows; ++i) {
       const SamplingParams& p = params[static_cast<size_t>(i) % params.size()];
       rows.push_back({i, &p, {}, {}, &host_rng[static_cast<size_t>(i)]});
-      DeviceSampleSpec s;
-      s.logits_row = i;
-      s.greedy = p.is_greedy();
-      s.temperature = p.temperature;
-      s.top_k = p.top_k;
-      s.top_p = p.top_p;
-      s.min_p = p.min_p;
-      s.logprob = p.logprobs.has_value();
-      s.u = s.greedy ? 0.0 : uniform01(dev_rng[static_cast<size_t>(i)]);
-      specs.push_back(s);
+      specs.push_back(
+          DeviceSampleSpec::of(p, i, p.is_greedy() ? 0.0 : uniform01(dev_rng[static_cast<size_t>(i)])));
     }
     return std::make_pair(rows, specs);
   };

@@ -141,49 +141,51 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
       for (int64_t r = 0; r < n; ++r)
         for (int c = 0; c < nc; ++c) g.out[r * g.m + c0 + c] += g.bias[c0 + c];
   };
+  // Each pool thread claims items and runs fn(ith, target, c0, nc, panel_of) on them, where
+  // panel_of(p) gives panel p's view and its rows.
+  struct PanelView {
+    GemmPanel ap;
+    int64_t r0;
+    int valid;
+  };
+  auto panel_of = [&](int64_t p) {
+    const PanelBuffers pb = panel(p);
+    const int64_t r0 = p * kGemmPanelRows;
+    return PanelView{{pb.qu, pb.da, pb.dsum, pb.acorr}, r0,
+                     static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0))};
+  };
   std::atomic<int64_t> next_item{0};
   const int64_t n_items = first.back();
-  if (fused) {  // weight rows straight from memory against every panel
-    ctx.pool.run([&](int, int) {
+  auto run_items = [&](auto&& fn) {
+    ctx.pool.run([&](int ith, int) {
       for (int64_t item = next_item.fetch_add(1, std::memory_order_relaxed); item < n_items;
            item = next_item.fetch_add(1, std::memory_order_relaxed)) {
         size_t t;
         int64_t c0;
         int nc;
         locate(item, t, c0, nc);
-        const GemmTarget& g = targets[t];
-        for (int64_t p = 0; p < n_panels; ++p) {
-          const PanelBuffers pb = panel(p);
-          const GemmPanel ap{pb.qu, pb.da, pb.dsum, pb.acorr};
-          const int64_t r0 = p * kGemmPanelRows;
-          const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
-          gk.fused(ap, g.w + static_cast<size_t>(c0) * g.w_stride, g.w_stride, nc, k, g.out + r0 * g.m + c0, g.m,
-                   valid);
-        }
-        add_bias(g, c0, nc);
+        fn(ith, targets[t], c0, nc);
+        add_bias(targets[t], c0, nc);
+      }
+    });
+  };
+  if (fused) {  // weight rows straight from memory against every panel
+    run_items([&](int, const GemmTarget& g, int64_t c0, int nc) {
+      for (int64_t p = 0; p < n_panels; ++p) {
+        const PanelView v = panel_of(p);
+        gk.fused(v.ap, g.w + static_cast<size_t>(c0) * g.w_stride, g.w_stride, nc, k, g.out + v.r0 * g.m + c0, g.m,
+                 v.valid);
       }
     });
     return;
   }
   // Output columns in chunks of kColChunk against every panel; each weight row is decoded once.
-  ctx.pool.run([&](int ith, int) {
+  run_items([&](int ith, const GemmTarget& g, int64_t c0, int nc) {
     uint8_t* cols = ctx.thread_scratch[static_cast<size_t>(ith)].ensure(col_bytes * kColChunk);
-    for (int64_t item = next_item.fetch_add(1, std::memory_order_relaxed); item < n_items;
-         item = next_item.fetch_add(1, std::memory_order_relaxed)) {
-      size_t t;
-      int64_t c0;
-      int nc;
-      locate(item, t, c0, nc);
-      const GemmTarget& g = targets[t];
-      for (int c = 0; c < nc; ++c) gk.decode(g.w + static_cast<size_t>(c0 + c) * g.w_stride, k, cols + c * col_bytes);
-      for (int64_t p = 0; p < n_panels; ++p) {
-        const PanelBuffers pb = panel(p);
-        const GemmPanel ap{pb.qu, pb.da, pb.dsum, nullptr};
-        const int64_t r0 = p * kGemmPanelRows;
-        const int valid = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n - r0));
-        gk.micro(ap, cols, col_bytes, nc, k, g.out + r0 * g.m + c0, g.m, valid);
-      }
-      add_bias(g, c0, nc);
+    for (int c = 0; c < nc; ++c) gk.decode(g.w + static_cast<size_t>(c0 + c) * g.w_stride, k, cols + c * col_bytes);
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const PanelView v = panel_of(p);
+      gk.micro(v.ap, cols, col_bytes, nc, k, g.out + v.r0 * g.m + c0, g.m, v.valid);
     }
   });
 }
