@@ -10,6 +10,7 @@
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemv.cuh"
+#include "backend/cuda/rows.cuh"
 
 #include <cuda_runtime.h>
 
@@ -248,30 +249,66 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   CK(cudaFree(ws));
 }
 
-// Paged K/V for n_seqs sequences of seq_len tokens, blocks shuffled across the pool.
+// Random values in [-1, 1) through the cache's own store (unit-scale fp8 bytes, as
+// --kv-dtype fp8_* writes them).   cache [n_slots, row] of `type` (FP8_E4M3 / FP8_E5M2).
+void fill_fp8_cache(void* cache, DType type, int64_t n_slots, int64_t row, uint64_t seed,
+                    cudaStream_t s) {
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{64} << 20) / (row * 4));  // 64 MiB of F32
+  auto* src = static_cast<float*>(dmalloc(static_cast<size_t>(chunk * row) * 4));
+  auto* slots = static_cast<int32_t*>(dmalloc(static_cast<size_t>(chunk) * 4));
+  std::vector<int32_t> h(static_cast<size_t>(chunk));
+  for (int64_t s0 = 0; s0 < n_slots; s0 += chunk) {
+    const int64_t n = std::min(chunk, n_slots - s0);
+    std::iota(h.begin(), h.begin() + n, static_cast<int32_t>(s0));
+    CK(cudaMemcpyAsync(slots, h.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, s));
+    CK(launch_fill_random(DType::F32, src, n * row, seed + static_cast<uint64_t>(s0), -1.0f, 1.0f, s));
+    CK(launch_kv_store(src, slots, static_cast<int>(n), row, cache, type, s));
+    CK(cudaStreamSynchronize(s));  // h is rewritten next chunk
+  }
+  CK(cudaFree(src));
+  CK(cudaFree(slots));
+}
+
+// Paged K/V (BF16 or FP8) for n_seqs sequences of seq_len tokens (or lens[i], each <=
+// seq_len, which stays the planning bound as under a decode graph), blocks shuffled across the
+// pool.
 struct PagedSetup {
   void* k = nullptr;
   void* v = nullptr;
   int32_t* meta = nullptr;  // query_start | seq_lens | block_tables | seq_ids
   int n_seqs = 0, max_blocks = 0;
-  size_t kv_bytes = 0;
-  PagedSetup(int n_seqs_, int seq_len, int n_new, int n_kv, int d, int bs, cudaStream_t s)
-      : n_seqs(n_seqs_) {
+  DType kv_type = DType::BF16;
+  size_t kv_bytes = 0;    // of K (V the same)
+  size_t read_bytes = 0;  // of K one decode step reads (the sequences' keys)
+  PagedSetup(int n_seqs_, int seq_len, int n_new, int n_kv, int d, int bs, cudaStream_t s,
+             DType kv_type_ = DType::BF16, const std::vector<int>& lens = {})
+      : n_seqs(n_seqs_), kv_type(kv_type_) {
     max_blocks = (seq_len + bs - 1) / bs;
     const int n_blocks = n_seqs * max_blocks;
     const int64_t elems = int64_t{n_blocks} * bs * n_kv * d;
-    kv_bytes = static_cast<size_t>(elems) * 2;
+    const bool fp8 = kv_type == DType::FP8_E4M3 || kv_type == DType::FP8_E5M2;
+    kv_bytes = static_cast<size_t>(elems) * (fp8 ? 1 : 2);
+    read_bytes = kv_bytes;
+    if (!lens.empty()) {
+      read_bytes = 0;
+      for (int len : lens) read_bytes += static_cast<size_t>(len) * n_kv * d * (fp8 ? 1 : 2);
+    }
     k = dmalloc(kv_bytes);
     v = dmalloc(kv_bytes);
-    CK(launch_fill_random(DType::BF16, k, elems, 21, -1.0f, 1.0f, s));
-    CK(launch_fill_random(DType::BF16, v, elems, 22, -1.0f, 1.0f, s));
+    if (fp8) {
+      fill_fp8_cache(k, kv_type, int64_t{n_blocks} * bs, int64_t{n_kv} * d, 21, s);
+      fill_fp8_cache(v, kv_type, int64_t{n_blocks} * bs, int64_t{n_kv} * d, 22, s);
+    } else {
+      CK(launch_fill_random(DType::BF16, k, elems, 21, -1.0f, 1.0f, s));
+      CK(launch_fill_random(DType::BF16, v, elems, 22, -1.0f, 1.0f, s));
+    }
     std::vector<int32_t> perm(n_blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::mt19937 rng(5);
     std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<int32_t> h;
     for (int i = 0; i <= n_seqs; ++i) h.push_back(i * n_new);
-    for (int i = 0; i < n_seqs; ++i) h.push_back(seq_len);
+    for (int i = 0; i < n_seqs; ++i) h.push_back(lens.empty() ? seq_len : lens[static_cast<size_t>(i)]);
     h.insert(h.end(), perm.begin(), perm.end());
     for (int i = 0; i < n_seqs; ++i) h.push_back(i);
     meta = static_cast<int32_t*>(dmalloc(h.size() * 4));
@@ -289,7 +326,7 @@ struct PagedSetup {
     a.out = out;
     a.k = k;
     a.v = v;
-    a.kv_type = DType::BF16;
+    a.kv_type = kv_type;
     a.query_start = meta;
     a.seq_lens = meta + n_seqs + 1;
     a.block_tables = meta + 2 * n_seqs + 1;
@@ -307,35 +344,80 @@ struct PagedSetup {
   }
 };
 
+// One decode-attention configuration (0: the default) of one cache dtype and shape.
+struct DecodeCfg {
+  int splits, stages;
+};
+
+// The decode kernel's tuning sweep per (cache dtype, batch): the default first. BF16 keeps
+// the configurations measured before; FP8 tries its stage counts (a count the kernel does not
+// build is reported as skipped).
+std::vector<DecodeCfg> decode_configs(DType kv, int batch) {
+  if (kv == DType::BF16) {
+    if (batch == 32) return {{0, 0}, {0, 3}, {2, 2}, {4, 2}, {6, 2}, {2, 3}};
+    if (batch == 64) return {{0, 0}, {0, 3}, {1, 2}, {1, 3}, {3, 2}};
+    return {{0, 0}, {0, 2}};
+  }
+  if (kv == DType::FP8_E5M2) return {{0, 0}};
+  std::vector<DecodeCfg> c = {{0, 0}, {0, 2}, {0, 3}, {0, 4}, {0, 6}};
+  if (batch == 32) c.insert(c.end(), {{2, 0}, {3, 0}, {4, 0}});
+  if (batch == 64) c.insert(c.end(), {{1, 0}, {2, 0}, {3, 0}});
+  return c;
+}
+
+// Sequence lengths lo..hi (deterministic) for the mixed-length shape.
+std::vector<int> mixed_lens(int n, int lo, int hi) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> len(lo, hi);
+  std::vector<int> lens(static_cast<size_t>(n));
+  for (int& x : lens) x = len(rng);
+  return lens;
+}
+
 void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
-  const int seq_len = 4096, H = 32, KV = 8, D = 128, bs = 16;
-  for (int batch : {32, 64}) {
-    PagedSetup ps(batch, seq_len, 1, KV, D, bs, s);
+  const int H = 32, KV = 8, D = 128, bs = 16;
+  // seq_len: every sequence's length, or (mixed) the bound over lengths 1000..2000: a decode
+  // step of 252 sequences under a graph (width bucket 2048), the shape measured in the engine.
+  struct Shape { int batch, seq_len; bool mixed; };
+  for (const Shape sh : {Shape{32, 4096, false}, Shape{64, 4096, false}, Shape{256, 1024, false},
+                         Shape{252, 2048, true}}) {
+    const int batch = sh.batch, seq_len = sh.seq_len;
+    const std::vector<int> lens = sh.mixed ? mixed_lens(batch, 1000, 2000) : std::vector<int>{};
     auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(batch) * H * D * 4));
     auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(batch) * H * D * 4));
     CK(launch_fill_random(DType::F32, q, int64_t{batch} * H * D, 7, -2.0f, 2.0f, s));
-    struct Cfg { int splits, stages; };
-    std::vector<Cfg> cfgs = {{0, 0}, {0, 3}, {2, 2}, {4, 2}, {6, 2}, {2, 3}};
-    if (batch == 64) cfgs = {{0, 0}, {0, 3}, {1, 2}, {1, 3}, {3, 2}};
-    for (const auto& cfg : cfgs) {
-      const int splits = cfg.splits;
-      PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
-      a.splits = splits;
-      a.stages = cfg.stages;
-      const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
-      void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
-      const double ms = time_graph(s, 10, 9, [&](int) {
-        CK(launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s));
-      });
-      if (ws) CK(cudaFree(ws));
-      const double gbs = 2.0 * ps.kv_bytes / (ms * 1e-3) / 1e9;
-      char note[96];
-      std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
-      result("decode-attn",
-             "ember paged bf16 b" + std::to_string(batch) + " s4096 h32/kv8 d128 splits=" +
-                 (splits ? std::to_string(splits) : std::string("auto")) + " stages=" +
-                 (cfg.stages ? std::to_string(cfg.stages) : std::string("default")),
-             gbs, "GB/s", note);
+    for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2}) {
+      PagedSetup ps(batch, seq_len, 1, KV, D, bs, s, kv, lens);
+      for (const auto& cfg : decode_configs(kv, batch)) {
+        PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
+        a.splits = cfg.splits;
+        a.stages = cfg.stages;
+        const std::string name = "ember paged " + std::string(dtype_name(kv)) + " b" +
+                                 std::to_string(batch) + (sh.mixed ? " s1000-2000/" : " s") +
+                                 std::to_string(seq_len) +
+                                 " h32/kv8 d128 splits=" +
+                                 (cfg.splits ? std::to_string(cfg.splits) : std::string("auto")) +
+                                 " stages=" +
+                                 (cfg.stages ? std::to_string(cfg.stages) : std::string("default"));
+        const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
+        void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
+        // A configuration this build does not instantiate fails its launch up front.
+        if (launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s) != cudaSuccess) {
+          (void)cudaGetLastError();
+          CK(cudaStreamSynchronize(s));
+          std::printf("SKIP|decode-attn|%s|not built\n", name.c_str());
+          if (ws) CK(cudaFree(ws));
+          continue;
+        }
+        const double ms = time_graph(s, 10, 9, [&](int) {
+          CK(launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s));
+        });
+        if (ws) CK(cudaFree(ws));
+        const double gbs = 2.0 * ps.read_bytes / (ms * 1e-3) / 1e9;
+        char note[96];
+        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+        result("decode-attn", name, gbs, "GB/s", note);
+      }
     }
     CK(cudaFree(q));
     CK(cudaFree(out));
@@ -426,6 +508,26 @@ void profile_once(cudaStream_t s, int sms) {
   for (void* p : {w, static_cast<void*>(x), static_cast<void*>(y)}) CK(cudaFree(p));
 }
 
+// One launch each of the default decode kernel on a bf16 and an fp8_e4m3 cache (batch 256,
+// 1024 keys: the shape of a 256-sequence decode step), for `ncu -k regex:paged_attn`.
+void profile_decode_once(cudaStream_t s, int sms) {
+  const int B = 256, S = 1024, H = 32, KV = 8, D = 128;
+  auto* q = static_cast<float*>(dmalloc(size_t{B} * H * D * 4));
+  auto* out = static_cast<float*>(dmalloc(size_t{B} * H * D * 4));
+  CK(launch_fill_random(DType::F32, q, int64_t{B} * H * D, 7, -2.0f, 2.0f, s));
+  for (DType kv : {DType::BF16, DType::FP8_E4M3}) {
+    PagedSetup ps(B, S, 1, KV, D, 16, s, kv);
+    PagedAttnArgs a = ps.args(q, out, 1, S, H, KV, D, 16);
+    const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
+    void* ws = dmalloc(ws_bytes + 16);
+    CK(launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFree(ws));
+  }
+  CK(cudaFree(q));
+  CK(cudaFree(out));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -441,6 +543,10 @@ int main(int argc, char** argv) {
   if (!lt.is_ok()) {
     std::fprintf(stderr, "%s\n", lt.message().c_str());
     return 1;
+  }
+  if (only == "profile-decode") {
+    profile_decode_once(s, prop.multiProcessorCount);
+    return 0;
   }
   const double copy = only == "profile" ? 0.0 : copy_bandwidth(s);
   if (only.empty() || only == "gemv") bench_gemv(s, copy, **lt);

@@ -271,6 +271,29 @@ TEST(CudaAttention, Fp8KvAllKernels) {
   }
 }
 
+// The FP8 decode kernel (fragments straight from the fp8 bytes, permuted head dims and output
+// columns) at every stage count it builds: Llama-3 shapes (GQA 4) with key ranges around tile
+// edges and speculative rows, GQA 1 with block size 7 at head dim 64, GQA 8 with window +
+// soft-cap, decode forced onto rows that need several row tiles, and explicit split counts.
+TEST(CudaAttention, Fp8DecodeStagesAndShapes) {
+  SKIP_WITHOUT_GPU();
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
+    check(AttnCase{32, 8, 128, 16, kv, {{1, 1}, {1, 63}, {1, 64}, {1, 65}, {1, 1100}, {2, 700}, {4, 2049}}},
+          {{kAuto}, {kDecode, 0, 2}, {kDecode, 0, 3}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 1, 4},
+           {kDecode, 7, 6}, {kDecode, 2, 2}},
+          31);
+    check(AttnCase{4, 4, 64, 7, kv, {{1, 50}, {3, 130}, {1, 1}, {5, 333}}},
+          {{kAuto}, {kDecode, 0, 2}, {kDecode, 0, 3}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 3, 4}}, 32);
+    check(AttnCase{16, 2, 128, 32, kv, {{2, 600}, {1, 33}, {1, 1000}}, 100, 30.0f},
+          {{kAuto}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 4, 3}, {kDecode, 2, 2}}, 33);
+    check(AttnCase{8, 2, 128, 16, kv, {{9, 300}, {1, 5}}}, {{kDecode, 0, 4}, {kDecode, 3, 6}, {kDecode, 1, 2}}, 34);
+    check(AttnCase{8, 1, 64, 16, kv, {{1, 200}, {1, 4000}}, 256},
+          {{kAuto}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 5, 3}}, 35);
+    // 4096 keys and more: the default moves to 6 stages.
+    check(AttnCase{32, 8, 128, 16, kv, {{1, 4100}, {1, 37}, {3, 4500}}}, {{kAuto}, {kDecode}, {kDecode, 2}}, 36);
+  }
+}
+
 // The FP8 cache against the unquantized one: the error is the format's (e4m3 3 mantissa bits,
 // e5m2 2), not more. Values of +-1 quantize to <= 2^-4 (e4m3) / 2^-3 (e5m2) relative error.
 TEST(CudaAttention, Fp8KvErrorWithinFormat) {

@@ -1,8 +1,6 @@
 // Tensor-core paged attention (decode with split-K and GQA packing; tiled prefill) and the
 // split merge. See attention.cuh for the scheme; the comments here say why each step is so.
-#include "backend/cuda/attention.cuh"
-#include "backend/cuda/device_util.cuh"
-#include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/attention_common.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -12,46 +10,10 @@ namespace ember::cuda {
 
 namespace {
 
-constexpr int kTileKeys = 64;     // keys per shared-memory tile
-constexpr int kDecodeRows = 16;   // packed query rows per decode block (one m16 tile)
-constexpr int kDecodeWarps = 4;   // decode: the warps split each key tile
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kDefaultDecodeStages = 3;
-constexpr int kDefaultPrefillWarps = 8;
-constexpr int kDefaultPrefillStages = 2;
-constexpr int kShortDecodeTiles = 8;  // fill_gpu: key ranges this short run unsplit ...
-constexpr int kFewDecodeBlocks = 32;  // ... in launches of this few (sequence, kv head) blocks
+using namespace attn;
 
-struct Launch {
-  PagedAttnArgs a;
-  int group = 1;        // query heads per K/V head
-  int row_tiles = 1;    // blocks along the packed rows of one (sequence, kv head)
-  int splits = 1;       // decode: blocks along the key range
-  int split_len = 0;    // decode: keys per split (multiple of kTileKeys)
-  float* part_o = nullptr;    // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16, head_dim]
-  float* part_lse = nullptr;  // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16] (log2)
-};
-
-// 2^x by the SFU alone (relative error ~2^-22; -inf -> 0), without exp2f's extra range
-// handling: the softmax inner loop is issue-bound.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Shared-memory tiles are rows of D 16-bit values, addressed in 16-byte chunks; chunk c of
-// row r is stored at c ^ (r % 8) so the 8 rows an ldmatrix reads hit 8 different bank groups.
-template <int D>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * (D / 8) + (chunk ^ (row & 7));
-}
-
-// FP8 K/V in the kernels' template argument kFp8.
-constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2;
-
-// Shared memory of one block: 16-bit tiles (Q, and kStages K/V stages; FP8: 2 K/V slots with
-// Q over the second, plus kStages stages of the raw FP8 tiles).
+// Shared memory of one paged_attn_mma_kernel block: 16-bit tiles (Q, and kStages K/V stages;
+// FP8 prefill: 2 K/V slots with Q over the second, plus kStages stages of the raw FP8 tiles).
 size_t smem_bytes(int rows, int stages, int D, bool fp8) {
   if (fp8) return static_cast<size_t>(2 * 2 * kTileKeys) * D * 2 + static_cast<size_t>(2 * stages * kTileKeys) * D;
   return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
@@ -59,7 +21,10 @@ size_t smem_bytes(int rows, int stages, int D, bool fp8) {
 
 // kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
 // kSoftcap: logit soft-capping compiled in (tanh per score) or out. kFp8: the cache holds
-// e4m3 / e5m2 bytes (T is then __half) instead of T.
+// e4m3 / e5m2 bytes (T is then __half) instead of T; prefill only (FP8 decode has its own
+// kernel, attention_fp8.cu), widened to F16 in shared memory.
+// The tile loader here is the lambdas below, not KvTileLoader: with the struct, ptxas picks
+// 168 registers and a spill for the 16-bit decode kernel (198 without), measured 1-5% slower.
 template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8>
 __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launch L) {
   constexpr int kThreads = kWarps * 32;
@@ -77,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   constexpr int kPasses = kTileKeys / kKeysPerPass;
   static_assert(kTileKeys % kKeysPerPass == 0 && kCh >= 8 && kStages >= 2);
   static_assert(!kDecode || kWarps == kDecodeWarps);
-  static_assert(!kIsFp8 || (std::is_same_v<T, __half> && kRows <= 2 * kTileKeys));
+  static_assert(!kIsFp8 || (!kDecode && std::is_same_v<T, __half> && kRows <= 2 * kTileKeys));
 
   const PagedAttnArgs& a = L.a;
   extern __shared__ uint4 smem[];
@@ -93,42 +58,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int zi = blockIdx.z;
-  const int seq = a.seq_ids[zi];
   const int kh = blockIdx.y;
-  int rt, split;
-  if constexpr (kDecode) {
-    rt = blockIdx.x / L.splits;
-    split = blockIdx.x % L.splits;
-  } else {
-    rt = gridDim.x - 1 - blockIdx.x;  // the longest (latest) row tiles start first
-    split = 0;
-  }
-  const int q0 = a.query_start[seq];
-  const int n_new = a.query_start[seq + 1] - q0;
-  const int seq_len = a.seq_lens[seq];
+  AttnSpan sp;
+  if (!attn_span<kDecode, kRows>(L, sp)) return;
   const int G = L.group;
-  const int n_rows = n_new * G;
-  const int row0 = rt * kRows;
-  if (row0 >= n_rows) return;  // uniform over the block, before any barrier
-  const int pos_base = seq_len - n_new;
-  const int pos_min = pos_base + row0 / G;
-  const int pos_max = pos_base + (min(row0 + kRows, n_rows) - 1) / G;
-  int kv_lo = a.window > 0 ? max(0, pos_min - a.window + 1) : 0;
-  int kv_hi = pos_max + 1;  // exclusive; causal: no row sees past its own position
-  const size_t part = ((static_cast<size_t>(zi) * a.n_kv_heads + kh) * L.row_tiles + rt) *
-                          L.splits + split;
-  if constexpr (kDecode) {
-    kv_lo = max(kv_lo, split * L.split_len);
-    kv_hi = min(kv_hi, (split + 1) * L.split_len);
-    if (kv_lo >= kv_hi) {  // this split lies past every row's keys: an empty partial
-      if (L.splits > 1 && threadIdx.x < kDecodeRows) L.part_lse[part * kDecodeRows + threadIdx.x] = -INFINITY;
-      return;
-    }
-  }
-  // Tiles start on a multiple of kTileKeys, so splits (multiples too) never share a tile.
-  const int t_begin = kv_lo / kTileKeys * kTileKeys;
-  const int n_tiles = (kv_hi - t_begin + kTileKeys - 1) / kTileKeys;
+  const int seq = sp.seq, q0 = sp.q0, n_rows = sp.n_rows, row0 = sp.row0, pos_base = sp.pos_base;
+  const int kv_hi = sp.kv_hi, t_begin = sp.t_begin, n_tiles = sp.n_tiles;
 
   // ---- K/V tile loader: thread owns chunk my_c of kPasses keys per tile. Cache slots are
   // found without divisions in the loop: (tile start) / block_size is carried from tile to
@@ -284,71 +219,16 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         mma_16816<T>(s[2 * np + 1], qa[ks], b[2], b[3]);
       }
     }
-    // Scale (and soft-cap) into the log2 domain, then mask only tiles that reach past the
-    // warp's first row's position or start inside a sliding window's edge. The mask is its
-    // own loop behind a warp-uniform branch so the unrolled body is not duplicated: the
-    // kernel is instruction-fetch bound when its loop outgrows the instruction cache.
-#pragma unroll
-    for (int nt = 0; nt < kNtS; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (kSoftcap) s[nt][e] = a.softcap * tanhf(s[nt][e] * qk_scale * inv_cap) * kLog2e;
-        else s[nt][e] *= qk_scale;
-      }
-    if (key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0) {
-#pragma unroll
-      for (int nt = 0; nt < kNtS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int pos = e < 2 ? pos_a : pos_b;
-          if (key > pos || (a.window > 0 && key <= pos - a.window)) s[nt][e] = -INFINITY;
-        }
-    }
-    float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kNtS; ++nt) {
-      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-    }
-    // A row lives in the 4 lanes of a quad.
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-    // A row with every key masked so far keeps max -inf; subtract 0 then so exp2 gives 0,
-    // not NaN.
-    const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;
-    const float base_b = mn_b == -INFINITY ? 0.0f : mn_b;
-    const float c_a = fast_exp2(m_a - base_a), c_b = fast_exp2(m_b - base_b);
-    m_a = mn_a;
-    m_b = mn_b;
-    l_a *= c_a;
-    l_b *= c_b;
-#pragma unroll
-    for (int i = 0; i < kNtO; ++i) {
-      o[i][0] *= c_a;
-      o[i][1] *= c_a;
-      o[i][2] *= c_b;
-      o[i][3] *= c_b;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kNtS; ++nt) {
-      s[nt][0] = fast_exp2(s[nt][0] - base_a);
-      s[nt][1] = fast_exp2(s[nt][1] - base_a);
-      s[nt][2] = fast_exp2(s[nt][2] - base_b);
-      s[nt][3] = fast_exp2(s[nt][3] - base_b);
-      l_a += s[nt][0] + s[nt][1];
-      l_b += s[nt][2] + s[nt][3];
-    }
+    // Mask only tiles that reach past the warp's first row's position or start inside a
+    // sliding window's edge.
+    scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
+    if (key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
+    online_softmax<kNtS, kNtO, false>(s, o, m_a, m_b, l_a, l_b);
     // O += P V: the score C fragments of two n-tiles form one A fragment of P.
 #pragma unroll
     for (int kk = 0; kk < kNtS / 2; ++kk) {
-      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                              pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[4];
+      p_fragment<T, kNtS>(pa, s, kk);
       const int vr = key_off + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
@@ -360,13 +240,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     }
   }
 
-  // Row sums were kept per lane; complete them over the quad.
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-
   if constexpr (!kDecode) {
+    // Row sums were kept per lane; complete them over the quad.
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
     const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
     const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
 #pragma unroll
@@ -382,8 +261,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
             make_float2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
     }
   } else {
-    // Merge the 4 warps' partial softmax states (each saw a quarter of every tile) through
-    // shared memory, reusing the K/V tiles once no copy is in flight.
+    // Merge the 4 warps' partial softmax states through shared memory, reusing the K/V tiles
+    // once no copy is in flight.
     cp_async_wait<0>();
     __syncthreads();
     float* s_o = reinterpret_cast<float*>(s_k);     // [kWarps][16][D]
@@ -396,37 +275,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
       *reinterpret_cast<float2*>(s_o + (warp * kDecodeRows + ra) * D + d) = make_float2(o[nt][0], o[nt][1]);
       *reinterpret_cast<float2*>(s_o + (warp * kDecodeRows + ra + 8) * D + d) = make_float2(o[nt][2], o[nt][3]);
     }
-    if ((lane & 3) == 0) {
-      s_m[warp * kDecodeRows + ra] = m_a;
-      s_m[warp * kDecodeRows + ra + 8] = m_b;
-      s_l[warp * kDecodeRows + ra] = l_a;
-      s_l[warp * kDecodeRows + ra + 8] = l_b;
-    }
+    store_warp_state(s_m, s_l, warp, lane, m_a, m_b, l_a, l_b);
     __syncthreads();
-    for (int i = threadIdx.x; i < kDecodeRows * D; i += kThreads) {
-      const int r = i / D, d = i % D;
-      const int row = row0 + r;
-      if (row >= n_rows) continue;
-      float M = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w * kDecodeRows + r]);
-      float Lsum = 0.0f, acc = 0.0f;
-      if (M != -INFINITY) {
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          const float f = exp2f(s_m[w * kDecodeRows + r] - M);
-          Lsum += s_l[w * kDecodeRows + r] * f;
-          acc += s_o[(w * kDecodeRows + r) * D + d] * f;
-        }
-      }
-      const float val = Lsum > 0.0f ? acc / Lsum : 0.0f;
-      if (L.splits == 1) {
-        a.out[(static_cast<size_t>(q0 + row / G) * a.n_heads + kh * G + row % G) * D + d] = val;
-      } else {
-        L.part_o[(part * kDecodeRows + r) * D + d] = val;
-        if (d == 0) L.part_lse[part * kDecodeRows + r] = Lsum > 0.0f ? M + log2f(Lsum) : -INFINITY;
-      }
-    }
+    finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; });
   }
 }
 
@@ -481,15 +332,19 @@ cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
 }
 
 // Instantiated configurations (others measured slower on an H200; see docs/CUDA_NOTES.md):
-// decode 2 or 3 stages, prefill 4 or 8 warps with 2 stages.
+// decode 2 or 3 stages (FP8: 2, 3, 4 or 6), prefill 4 or 8 warps with 2 stages.
 template <typename T, int D, int kFp8>
 cudaError_t launch_mma_cfg(const Launch& L, bool decode, int warps, int stages, dim3 grid,
                            cudaStream_t stream) {
   if (decode) {
-    switch (stages) {
-      case 2: return launch_mma<T, D, true, kDecodeWarps, 2, kFp8>(L, grid, stream);
-      case 3: return launch_mma<T, D, true, kDecodeWarps, 3, kFp8>(L, grid, stream);
-      default: return cudaErrorInvalidValue;
+    if constexpr (kFp8 != kKvNative) {
+      return launch_fp8_decode(L, stages, grid, stream);
+    } else {
+      switch (stages) {
+        case 2: return launch_mma<T, D, true, kDecodeWarps, 2, kFp8>(L, grid, stream);
+        case 3: return launch_mma<T, D, true, kDecodeWarps, 3, kFp8>(L, grid, stream);
+        default: return cudaErrorInvalidValue;
+      }
     }
   }
   if (stages != 2) return cudaErrorInvalidValue;
@@ -519,15 +374,25 @@ cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, 
   }
 }
 
-// Split count for decode: about one wave of two resident blocks per SM (measured on an H200
-// with 3 stages: fewer, longer blocks beat many short ones, whose start-up latency is not
+bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+
+// Decode blocks one SM holds: two of the 16-bit kernel (registers and shared memory at 3
+// stages), the FP8 kernel's by its shared memory.
+int decode_blocks_per_sm(const PagedAttnArgs& a, int stages) {
+  if (!is_fp8(a.kv_type)) return 2;
+  return a.head_dim == 64 ? fp8_decode_blocks_per_sm(stages, 64) : fp8_decode_blocks_per_sm(stages, 128);
+}
+
+// Split count for decode: about one wave of the resident blocks (measured on an H200 with
+// 3 stages: fewer, longer blocks beat many short ones, whose start-up latency is not
 // hidden), and at least 4 tiles per split so the merge stays a small part of the traffic.
 // With fill_gpu, a launch too small to give every SM a block even so (a few sequences with
 // short contexts: batch-1 decode) may split down to one tile per split: its time is the
 // latency of one block's walk over its keys, which more splits shorten; but for a few blocks
 // over at most kShortDecodeTiles tiles one unsplit pass beats any split, whose merge is a
 // second launch (batch 1, 512-key bound: 212 tok/s unsplit vs 208 with 8 splits, 199 with 2).
-void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* splits, int* split_len) {
+void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_tiles, int* splits,
+                    int* split_len) {
   const int group = a.n_heads / a.n_kv_heads;
   *row_tiles = std::max(1, (a.max_new * group + kDecodeRows - 1) / kDecodeRows);
   const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads * *row_tiles);
@@ -538,12 +403,31 @@ void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* split
     max_splits = 1;  // no merge launch: faster at batch 1 with <= 512 keys (H200, CUDA_NOTES.md)
   else if (a.fill_gpu && base * max_splits < num_sms)
     max_splits = std::max(max_splits, std::min(n_tiles, (num_sms + base - 1) / base));
-  int s = a.splits > 0 ? a.splits : (num_sms * 2 + base - 1) / base;
+  // FP8: about 1.5 waves of its resident blocks measured best (b32 x 4096 keys, 3 blocks per
+  // SM: 3 splits 3077 GB/s, 2 splits 2785, where 1.3 waves leave a long, thin second one).
+  const int slots = num_sms * decode_blocks_per_sm(a, stages) * (is_fp8(a.kv_type) ? 3 : 2) / 2;
+  int s = a.splits > 0 ? a.splits : (slots + base - 1) / base;
   s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
   const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
   const int len = (tiles + s - 1) / s * kTileKeys;
   *split_len = len;
   *splits = (max_kv + len - 1) / len;
+}
+
+// Decode stages: a.stages, or the default. FP8 takes 6 stages (2 blocks per SM, deeper rings)
+// for key ranges of kLongFp8Keys and more, 4 (3 blocks) below: measured on an H200, b64 x 4096
+// keys 3708 vs 3317 GB/s, but b256 x 1024 keys 3076 vs 3461. max_kv is what decides, not the
+// tiles per split: under a graph it is the width bucket's bound (a power of two above the
+// longest sequence), and blocks of sequences half as long run better on 4 stages.
+int decode_stages(const PagedAttnArgs& a) {
+  if (a.stages) return a.stages;
+  if (!is_fp8(a.kv_type)) return kDefaultDecodeStages;
+  return a.max_kv >= kLongFp8Keys ? kLongFp8DecodeStages : kDefaultFp8DecodeStages;
+}
+
+void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* splits, int* split_len, int* stages) {
+  *stages = decode_stages(a);
+  plan_decode_at(a, *stages, num_sms, row_tiles, splits, split_len);
 }
 
 }  // namespace
@@ -567,8 +451,8 @@ AttnKernel attention_pick(const PagedAttnArgs& a) {
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
   if (kind != AttnKernel::Decode) return 0;
-  int row_tiles, splits, split_len;
-  plan_decode(a, num_sms, &row_tiles, &splits, &split_len);
+  int row_tiles, splits, split_len, stages;
+  plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
   if (splits == 1) return 0;
   const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * row_tiles * splits;
   return parts * kDecodeRows * (static_cast<size_t>(a.head_dim) + 1) * sizeof(float);
@@ -592,7 +476,8 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
                     static_cast<unsigned>(a.n_launch_seqs));
     return launch_mma_any(L, false, warps, stages, grid, stream);
   }
-  plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len);
+  int stages;
+  plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len, &stages);
   if (L.splits > 1) {
     if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return cudaErrorInvalidValue;
     const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.row_tiles * L.splits;
@@ -601,8 +486,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   }
   const dim3 grid(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(a.n_launch_seqs));
-  cudaError_t e = launch_mma_any(L, true, kDecodeWarps, a.stages ? a.stages : kDefaultDecodeStages,
-                                 grid, stream);
+  cudaError_t e = launch_mma_any(L, true, kDecodeWarps, stages, grid, stream);
   if (e != cudaSuccess || L.splits == 1) return e;
   const dim3 mgrid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                    static_cast<unsigned>(a.n_launch_seqs));

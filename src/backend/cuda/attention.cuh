@@ -12,8 +12,10 @@
 //  - Simple: one warp per (token, head), any K/V dtype and head_dim <= 256; the fallback.
 // The tensor-core kernels take BF16, F16, FP8_E4M3 or FP8_E5M2 K/V with head_dim 64 or 128.
 // FP8 K/V (unit scale, the CPU cache's encoding without scales) is copied to shared memory as
-// bytes, and each thread widens the chunks it copied itself to F16 (exact) in a second,
-// two-slot tile buffer before the block's barrier; Q and P are rounded to F16 for the MMAs.
+// bytes. Decode has its own kernel that builds the MMA fragments straight from those bytes
+// (fp8 -> F16 is exact; head dims and output columns permuted so that one shared-memory load
+// serves several fragments); prefill widens each thread's own chunks to F16 in a second,
+// two-slot tile buffer before the block's barrier. Q and P are rounded to F16 for the MMAs.
 #include "core/dtype.h"
 
 #include <cuda_runtime.h>

@@ -1,0 +1,363 @@
+#pragma once
+// Device code shared by the paged-attention kernels (nvcc only): launch arguments, shared-memory
+// layout constants, the key-tile loader, score scaling/masking, the online softmax and the
+// decode epilogue. attention.cu holds the 16-bit kernel (decode, prefill, FP8 prefill) and the
+// launchers, attention_fp8.cu the FP8 decode kernel. Named namespace: both files pass Launch.
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cuda::attn {
+
+constexpr int kTileKeys = 64;     // keys per shared-memory tile
+constexpr int kDecodeRows = 16;   // packed query rows per decode block (one m16 tile)
+constexpr int kDecodeWarps = 4;   // decode: the warps split each key tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kDefaultDecodeStages = 3;
+constexpr int kDefaultFp8DecodeStages = 4;  // FP8 decode: 3 blocks of 64 KiB per SM ...
+constexpr int kLongFp8Keys = 4096;          // ... or, from this many keys,
+constexpr int kLongFp8DecodeStages = 6;     // 2 blocks of 96 KiB (see decode_stages)
+constexpr int kDefaultPrefillWarps = 8;
+constexpr int kDefaultPrefillStages = 2;
+constexpr int kShortDecodeTiles = 8;  // fill_gpu: key ranges this short run unsplit ...
+constexpr int kFewDecodeBlocks = 32;  // ... in launches of this few (sequence, kv head) blocks
+
+struct Launch {
+  PagedAttnArgs a;
+  int group = 1;        // query heads per K/V head
+  int row_tiles = 1;    // blocks along the packed rows of one (sequence, kv head)
+  int splits = 1;       // decode: blocks along the key range
+  int split_len = 0;    // decode: keys per split (multiple of kTileKeys)
+  float* part_o = nullptr;    // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16, head_dim]
+  float* part_lse = nullptr;  // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16] (log2)
+};
+
+// 2^x by the SFU alone (relative error ~2^-22; -inf -> 0), without exp2f's extra range
+// handling: the softmax inner loop is issue-bound.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Shared-memory tiles are rows of D 16-bit values, addressed in 16-byte chunks; chunk c of
+// row r is stored at c ^ (r % 8) so the 8 rows an ldmatrix reads hit 8 different bank groups.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * (D / 8) + (chunk ^ (row & 7));
+}
+
+// FP8 K/V in the kernels' template argument kFp8.
+constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2;
+
+// FP8 decode (paged_attn_fp8_decode_kernel): kStages stages of fp8 K and V tiles; the 4 warps'
+// partial states (F32 O [kDecodeWarps][16][D + 4], then m and l) reuse them at the end.
+constexpr int fp8_o_stride(int D) { return D + 4; }  // padded: fewer bank conflicts
+constexpr size_t fp8_decode_smem(int stages, int D) {
+  const size_t tiles = static_cast<size_t>(stages) * 2 * kTileKeys * D;
+  const size_t merge = (static_cast<size_t>(kDecodeWarps) * kDecodeRows * fp8_o_stride(D) +
+                        2 * kDecodeWarps * kDecodeRows) * sizeof(float);
+  return tiles > merge ? tiles : merge;
+}
+// Its blocks per SM: what 228 KiB of shared memory holds (1 KiB reserved per block), at most
+// 3 so that a thread keeps 168 registers and nothing spills (4 blocks, 128 registers, spilled
+// loop invariants and measured 4% slower at b256 x 1024 keys).
+constexpr int kFp8DecodeMaxBlocksPerSm = 3;
+constexpr int fp8_decode_blocks_per_sm(int stages, int D) {
+  const int by_smem = static_cast<int>((228u << 10) / (fp8_decode_smem(stages, D) + 1024));
+  return by_smem < 1 ? 1 : (by_smem > kFp8DecodeMaxBlocksPerSm ? kFp8DecodeMaxBlocksPerSm : by_smem);
+}
+
+// ---- Pieces the kernels share ----
+
+// What one block covers: sequence seq, packed (token, head) rows [row0, row0 + rows) of its
+// n_rows, and the kTileKeys-key tiles from t_begin (n_tiles of them) over keys [kv_lo, kv_hi).
+struct AttnSpan {
+  int seq, q0, n_rows, row0;
+  int pos_base;  // position of the sequence's first new token
+  int kv_lo, kv_hi, t_begin, n_tiles;
+  size_t part;   // decode: this block's split partial
+};
+
+// Fills sp for this block; false when it has nothing to do (rows past the sequence's, or a
+// decode split past every row's keys, whose empty partial it writes first). Uniform over the
+// block, so callers return before any barrier.
+template <bool kDecode, int kRows>
+__device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
+  const PagedAttnArgs& a = L.a;
+  const int zi = blockIdx.z, kh = blockIdx.y;
+  int rt, split;
+  if constexpr (kDecode) {
+    rt = blockIdx.x / L.splits;
+    split = blockIdx.x % L.splits;
+  } else {
+    rt = gridDim.x - 1 - blockIdx.x;  // the longest (latest) row tiles start first
+    split = 0;
+  }
+  sp.seq = a.seq_ids[zi];
+  sp.q0 = a.query_start[sp.seq];
+  const int n_new = a.query_start[sp.seq + 1] - sp.q0;
+  const int seq_len = a.seq_lens[sp.seq];
+  const int G = L.group;
+  sp.n_rows = n_new * G;
+  sp.row0 = rt * kRows;
+  if (sp.row0 >= sp.n_rows) return false;
+  sp.pos_base = seq_len - n_new;
+  const int pos_min = sp.pos_base + sp.row0 / G;
+  const int pos_max = sp.pos_base + (min(sp.row0 + kRows, sp.n_rows) - 1) / G;
+  sp.kv_lo = a.window > 0 ? max(0, pos_min - a.window + 1) : 0;
+  sp.kv_hi = pos_max + 1;  // exclusive; causal: no row sees past its own position
+  sp.part = ((static_cast<size_t>(zi) * a.n_kv_heads + kh) * L.row_tiles + rt) * L.splits + split;
+  if constexpr (kDecode) {
+    sp.kv_lo = max(sp.kv_lo, split * L.split_len);
+    sp.kv_hi = min(sp.kv_hi, (split + 1) * L.split_len);
+    if (sp.kv_lo >= sp.kv_hi) {  // this split lies past every row's keys: an empty partial
+      if (L.splits > 1 && threadIdx.x < kDecodeRows) L.part_lse[sp.part * kDecodeRows + threadIdx.x] = -INFINITY;
+      return false;
+    }
+  }
+  // Tiles start on a multiple of kTileKeys, so splits (multiples too) never share a tile.
+  sp.t_begin = sp.kv_lo / kTileKeys * kTileKeys;
+  sp.n_tiles = (sp.kv_hi - sp.t_begin + kTileKeys - 1) / kTileKeys;
+  return true;
+}
+
+// Streams one kv head's K/V rows of a sequence into shared-memory tiles with cp.async. A row
+// (kRowBytes) is shared by kTpr = kRowBytes / 16 / kRun threads: thread h copies the 16-byte
+// chunks h, h + kTpr, .. of its row (kRun of them; one instruction moves 16 kTpr contiguous
+// bytes of each row it covers), for kPasses keys of each tile. Wider runs mean fewer keys per
+// thread (fewer block-table lookups and cache addresses per tile) but more cache lines per
+// cp.async instruction.
+// Cache slots are found without divisions in the loop: (tile start) / block_size is carried
+// from tile to tile, and each thread's in-tile offsets are divided once. Block ids of a tile
+// are loaded one iteration before its copy is issued (kept apart from the multiply that uses
+// them), so the copy never waits on the table.
+template <int kRowBytes, int kThreads, int kRun>
+struct KvTileLoader {
+  static constexpr int kLCh = kRowBytes / 16;  // 16-byte chunks per row
+  static constexpr int kTpr = kLCh / kRun;     // threads per row
+  static constexpr int kKeysPerPass = kThreads / kTpr;
+  static constexpr int kPasses = kTileKeys / kKeysPerPass;
+  // A pass moves the key by a multiple of 8: shared-memory swizzles of (key & 7) are the same
+  // for every pass, so destinations are one base plus constants.
+  static_assert(kLCh % kRun == 0 && kTileKeys % kKeysPerPass == 0 && kKeysPerPass % 8 == 0);
+
+  const uint8_t* k_src;  // this thread's first chunk of the head in cache slot 0
+  const uint8_t* v_src;
+  uint32_t slot_bytes;   // one cache slot, every head
+  uint32_t block_bytes;  // one cache block
+  const int32_t* bt;     // the sequence's block table
+  int bs, kv_hi, t_begin, chunk, key;
+  int kq[kPasses], kr[kPasses];  // in-tile key offset of each pass, divided by block size
+  int step_q, step_r, next_tile, tq, tr;  // tq, tr: start of the tile load_ids reads next
+  int blk[kPasses];              // block id of each pass's key, -1 past kv_hi
+  uint32_t off[kPasses];         // its slot's byte offset in the block
+
+  __device__ __forceinline__ KvTileLoader(const PagedAttnArgs& a, int seq, int kh, int t_begin_, int kv_hi_)
+      : bs(a.block_size), kv_hi(kv_hi_), t_begin(t_begin_) {
+    chunk = threadIdx.x % kTpr;
+    key = threadIdx.x / kTpr;
+    slot_bytes = static_cast<uint32_t>(a.n_kv_heads) * kRowBytes;
+    block_bytes = slot_bytes * static_cast<uint32_t>(bs);
+    const size_t head = static_cast<size_t>(kh) * kRowBytes + chunk * 16;
+    k_src = static_cast<const uint8_t*>(a.k) + head;
+    v_src = static_cast<const uint8_t*>(a.v) + head;
+    bt = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      kq[ps] = (ps * kKeysPerPass + key) / bs;
+      kr[ps] = (ps * kKeysPerPass + key) % bs;
+    }
+    step_q = kTileKeys / bs;
+    step_r = kTileKeys % bs;
+    next_tile = 0;
+    tq = t_begin / bs;
+    tr = t_begin % bs;
+  }
+  __device__ __forceinline__ void load_ids() {
+    const int t0 = t_begin + next_tile * kTileKeys;
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      int q = tq + kq[ps], r = tr + kr[ps];
+      if (r >= bs) {
+        r -= bs;
+        ++q;
+      }
+      off[ps] = static_cast<uint32_t>(r) * slot_bytes;
+      blk[ps] = t0 + ps * kKeysPerPass + key < kv_hi ? bt[q] : -1;
+    }
+    ++next_tile;
+    tq += step_q;
+    tr += step_r;
+    if (tr >= bs) {
+      tr -= bs;
+      ++tq;
+    }
+  }
+  // Copies the tile whose ids load_ids read last: K's chunk c of key k0 + key (k0: the pass's
+  // first key in the tile) to dst(k0, key, c, 0), V's to dst(.., 1). Keys past kv_hi become
+  // zeros (masked, never NaN), read from nowhere.
+  template <typename Dst>
+  __device__ __forceinline__ void issue(Dst dst) const {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const bool valid = blk[ps] >= 0;
+      const size_t o = static_cast<size_t>(static_cast<uint32_t>(max(blk[ps], 0))) * block_bytes + off[ps];
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv)
+#pragma unroll
+        for (int j = 0; j < kRun; ++j)
+          cp_async_16(dst(ps * kKeysPerPass, key, chunk + kTpr * j, kv), (kv ? v_src : k_src) + o + 16 * kTpr * j,
+                      valid);
+    }
+  }
+};
+
+// Scores -> log2 domain: scale (and soft-cap; without it scale and log2(e) are one multiply,
+// folded into qk_scale by the caller).   s[kNtS][4] (C fragments)
+template <int kNtS, bool kSoftcap>
+__device__ __forceinline__ void scale_scores(float (&s)[kNtS][4], float qk_scale, float softcap, float inv_cap) {
+#pragma unroll
+  for (int nt = 0; nt < kNtS; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (kSoftcap) s[nt][e] = softcap * tanhf(s[nt][e] * qk_scale * inv_cap) * kLog2e;
+      else s[nt][e] *= qk_scale;
+    }
+}
+
+// -inf for keys past a row's position or outside its window. Callers run it behind a
+// warp-uniform branch (tiles that reach past the warp's first row or meet a window edge), as
+// its own loop so the unrolled body is not duplicated: the kernels are instruction-fetch bound
+// when their loop outgrows the instruction cache.   key0: the key of n-tile 0, column 0
+template <int kNtS>
+__device__ __forceinline__ void mask_scores(float (&s)[kNtS][4], int key0, int pos_a, int pos_b, int window, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < kNtS; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+      const int pos = e < 2 ? pos_a : pos_b;
+      if (key > pos || (window > 0 && key <= pos - window)) s[nt][e] = -INFINITY;
+    }
+}
+
+// One tile's step of the online softmax for this lane's two rows (g and g + 8): running maxima
+// m and per-lane sums l, O rescaled, scores s replaced by their probabilities. kLazy: skip the
+// rescale when no row maximum of the warp moved (the factors are then exactly 1; in decode,
+// after the first tiles, that is most tiles).
+template <int kNtS, int kNtO, bool kLazy>
+__device__ __forceinline__ void online_softmax(float (&s)[kNtS][4], float (&o)[kNtO][4], float& m_a, float& m_b,
+                                               float& l_a, float& l_b) {
+  float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < kNtS; ++nt) {
+    mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+    mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+  }
+  // A row lives in the 4 lanes of a quad.
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+  const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+  // A row with every key masked so far keeps max -inf; subtract 0 then so exp2 gives 0,
+  // not NaN.
+  const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;
+  const float base_b = mn_b == -INFINITY ? 0.0f : mn_b;
+  if (!kLazy || !__all_sync(0xffffffffu, mn_a == m_a && mn_b == m_b)) {
+    const float c_a = fast_exp2(m_a - base_a), c_b = fast_exp2(m_b - base_b);
+    l_a *= c_a;
+    l_b *= c_b;
+#pragma unroll
+    for (int i = 0; i < kNtO; ++i) {
+      o[i][0] *= c_a;
+      o[i][1] *= c_a;
+      o[i][2] *= c_b;
+      o[i][3] *= c_b;
+    }
+  }
+  m_a = mn_a;
+  m_b = mn_b;
+#pragma unroll
+  for (int nt = 0; nt < kNtS; ++nt) {
+    s[nt][0] = fast_exp2(s[nt][0] - base_a);
+    s[nt][1] = fast_exp2(s[nt][1] - base_a);
+    s[nt][2] = fast_exp2(s[nt][2] - base_b);
+    s[nt][3] = fast_exp2(s[nt][3] - base_b);
+    l_a += s[nt][0] + s[nt][1];
+    l_b += s[nt][2] + s[nt][3];
+  }
+}
+
+// P of 16 keys (score n-tiles 2kk and 2kk + 1) as one A fragment of P V.
+template <typename T, int kNtS>
+__device__ __forceinline__ void p_fragment(uint32_t (&pa)[4], const float (&s)[kNtS][4], int kk) {
+  pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+  pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+  pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// Completes this lane's row sums over its quad and stores the warp's softmax state for the
+// block's merge.   s_m, s_l [kDecodeWarps][16]
+__device__ __forceinline__ void store_warp_state(float* s_m, float* s_l, int warp, int lane, float m_a, float m_b,
+                                                 float l_a, float l_b) {
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  if ((lane & 3) == 0) {
+    const int ra = lane / 4;
+    s_m[warp * kDecodeRows + ra] = m_a;
+    s_m[warp * kDecodeRows + ra + 8] = m_b;
+    s_l[warp * kDecodeRows + ra] = l_a;
+    s_l[warp * kDecodeRows + ra + 8] = l_b;
+  }
+}
+
+// The end of a decode block: merges its 4 warps' partial softmax states (each saw a quarter of
+// every tile) into out (one split) or this split's partial.   s_m / s_l [kDecodeWarps][16];
+// o_at(w, r, d): warp w's O at row r, head dim d (shared memory).
+template <int D, typename OAt>
+__device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSpan& sp, const float* s_m,
+                                                   const float* s_l, OAt o_at) {
+  const PagedAttnArgs& a = L.a;
+  const int G = L.group, kh = blockIdx.y;
+  for (int i = threadIdx.x; i < kDecodeRows * D; i += kDecodeWarps * 32) {
+    const int r = i / D, d = i % D;
+    const int row = sp.row0 + r;
+    if (row >= sp.n_rows) continue;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, s_m[w * kDecodeRows + r]);
+    float Lsum = 0.0f, acc = 0.0f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float f = exp2f(s_m[w * kDecodeRows + r] - M);
+        Lsum += s_l[w * kDecodeRows + r] * f;
+        acc += o_at(w, r, d) * f;
+      }
+    }
+    const float val = Lsum > 0.0f ? acc / Lsum : 0.0f;
+    if (L.splits == 1) {
+      a.out[(static_cast<size_t>(sp.q0 + row / G) * a.n_heads + kh * G + row % G) * D + d] = val;
+    } else {
+      L.part_o[(sp.part * kDecodeRows + r) * D + d] = val;
+      if (d == 0) L.part_lse[sp.part * kDecodeRows + r] = Lsum > 0.0f ? M + log2f(Lsum) : -INFINITY;
+    }
+  }
+}
+
+// The FP8 decode kernel's launch (attention_fp8.cu): D from L.a.head_dim (64 / 128), the cache
+// type from L.a.kv_type (FP8_E4M3 / FP8_E5M2), stages 2, 3, 4 or 6; cudaErrorInvalidValue for
+// anything else.
+cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);
+
+}  // namespace ember::cuda::attn

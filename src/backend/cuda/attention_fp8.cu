@@ -1,0 +1,325 @@
+// Paged decode attention over an FP8 (e4m3 / e5m2) K/V cache: mma fragments built straight
+// from the fp8 bytes in shared memory (the 16-bit kernel and the launchers: attention.cu).
+#include "backend/cuda/attention_common.cuh"
+
+namespace ember::cuda {
+namespace attn {
+
+namespace {
+
+// ---- FP8 decode: mma fragments straight from the fp8 bytes ----
+//
+// paged_attn_fp8_decode_kernel is attention.cu's decode kernel for an e4m3 / e5m2 cache without the
+// widening pass: no second F16 tile (an extra shared-memory write + read per element and the
+// latency of a widen before each tile's barrier), and a stage costs half the shared memory, so
+// more tiles are in flight per SM. Each lane converts the bytes it loads itself (hardware
+// fp8x2 -> f16x2 for e4m3, byte permutes for e5m2: an e5m2 byte is the top byte of its half).
+//
+// Sums over head dims (Q K^T) and over keys (P V) do not care which physical element a
+// fragment register holds, as long as both operands agree, so the fragments are permuted to
+// suit the bytes (g = lane / 4, t = lane % 4):
+//  - Q K^T, B = K^T (k = head dim, n = key g): k-step c = 4u + w takes word w of the 16-byte
+//    chunk 4u + t of key g's row, i.e. dims 64u + 16t + 4w .. +3 (bytes 0-1 in b0, 2-3 in
+//    b1); one 16-byte load serves 4 k-steps. Q's A fragments hold the same dims.
+//  - P V, B = V (k = key, n = output dim): for keys 2t, 2t+1, 2t+8, 2t+9 of the warp's 16 the
+//    lane loads the D/8 bytes at dims (D/8) g ..; byte i pairs up across keys (byte permute)
+//    into n-tile i, so n-tile i's column n is head dim (D/8) n + i. C element (row, column
+//    2t + j) of n-tile i is dim (D/8)(2t + j) + i, put back in order when O leaves registers.
+// Tiles are [kTileKeys][D] bytes; the 16-byte chunks of a row are XOR-swizzled by key bits 0-2
+// so that the fragment loads and the loader's cp.async writes (D 128: one 8-lane phase writes
+// chunks 4j .. 4j + 3 of two consecutive keys) are all free of bank conflicts. The two XOR
+// masks are linear maps of key bits 0-2 found by an exhaustive search over those patterns; D 64
+// keeps 2-way conflicts on V.
+
+// K: a read phase takes keys 2p and 2p + 1 at the same 4 chunks.   mask 0 4 0 4 0 4 0 4
+template <int D>
+__device__ __forceinline__ int fp8_k_chunk(int key, int chunk) {
+  return chunk ^ ((key & 1) * (D / 32));
+}
+// V: a read phase takes keys 2t + const (t = 0..3) at the same chunk pair.   mask 0 4 4 0 2 6 6 2
+template <int D>
+__device__ __forceinline__ int fp8_v_chunk(int key, int chunk) {
+  return chunk ^ ((4 * ((key ^ (key >> 1)) & 1) + 2 * ((key >> 2) & 1)) & (D / 16 - 1));
+}
+
+// Four fp8 values (element 0 in the low byte) -> two f16x2 words, as fp8x4_to_half4, but e4m3
+// converts the high pair in place (.H1 operand) instead of shifting it down first: one
+// instruction less per 4 bytes in the kernel's hottest code.
+template <bool kE4M3>
+__device__ __forceinline__ uint2 fp8x4_to_f16x4(uint32_t w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (kE4M3) {
+    uint32_t lo, hi;
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+    return make_uint2(lo, hi);
+  }
+#endif
+  return fp8x4_to_half4<kE4M3>(w);
+}
+
+// Word j (a compile-time constant after unrolling) of a 16-byte value.
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+// Q rows row0 .. row0 + 15 (packed (token, head) pairs, zeros past n_rows) as F16 A fragments
+// in the fp8 K order.   qa[D / 16][4]
+template <int D>
+__device__ __forceinline__ void load_q_fp8_order(uint32_t (&qa)[D / 16][4], const Launch& L, const AttnSpan& sp,
+                                                 int lane) {
+  const PagedAttnArgs& a = L.a;
+  const int G = L.group, kh = blockIdx.y, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // rows g (a0, a2) and g + 8 (a1, a3)
+    const int row = sp.row0 + lane / 4 + 8 * half;
+    const float4* src = row < sp.n_rows
+                            ? reinterpret_cast<const float4*>(
+                                  a.q + (static_cast<size_t>(sp.q0 + row / G) * a.n_heads + kh * G + row % G) * D + 16 * t)
+                            : nullptr;
+#pragma unroll
+    for (int u = 0; u < D / 64; ++u)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float4 x = src ? src[16 * u + w] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        qa[4 * u + w][half] = pack2<__half>(x.x, x.y);
+        qa[4 * u + w][2 + half] = pack2<__half>(x.z, x.w);
+      }
+  }
+}
+
+// S += Q K^T for this warp's 16 keys (two n-tiles) from the fp8 K tile.   s[2][4]
+template <int D, bool kE4M3>
+__device__ __forceinline__ void qk_fp8(float (&s)[2][4], const uint32_t (&qa)[D / 16][4], const uint8_t* k_tile,
+                                       int key_off, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int u = 0; u < D / 64; ++u) {
+    uint4 kw[2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int key = key_off + nt * 8 + g;
+      kw[nt] = *reinterpret_cast<const uint4*>(k_tile + key * D + 16 * fp8_k_chunk<D>(key, 4 * u + t));
+    }
+    // The two n-tiles alternate: independent MMAs back to back.
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const uint2 b = fp8x4_to_f16x4<kE4M3>(word_of(kw[nt], w));
+        mma_16816<__half>(s[nt], qa[4 * u + w], b.x, b.y);
+      }
+  }
+}
+
+// Byte e of a and of b as the halves of one f16x2 (a low) for e = 0..3: the B register of
+// two keys (a, b) at one output dim.
+template <bool kE4M3>
+__device__ __forceinline__ void fp8_key_pairs(uint32_t a, uint32_t b, uint32_t (&h)[4]) {
+  const uint2 lo = fp8x4_to_f16x4<kE4M3>(__byte_perm(a, b, 0x5140));  // a0 b0 a1 b1
+  const uint2 hi = fp8x4_to_f16x4<kE4M3>(__byte_perm(a, b, 0x7362));  // a2 b2 a3 b3
+  h[0] = lo.x;
+  h[1] = lo.y;
+  h[2] = hi.x;
+  h[3] = hi.y;
+}
+
+// O += P V for this warp's 16 keys (one k-step) from the fp8 V tile; o in the permuted
+// order (n-tile i, column n: head dim (D/8) n + i).   o[D / 8][4]
+template <int D, bool kE4M3>
+__device__ __forceinline__ void pv_fp8(float (&o)[D / 8][4], const uint32_t (&pa)[4], const uint8_t* v_tile,
+                                       int key_off, int lane) {
+  constexpr int kB = D / 8;  // bytes of a V row one lane reads
+  const int g = lane / 4, t = lane % 4;
+  uint32_t vw[4][kB / 4];  // [key 2t, 2t+1, 2t+8, 2t+9][word]
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int key = key_off + 2 * t + (j & 1) + (j >> 1) * 8;
+    const uint8_t* p = v_tile + key * D + 16 * fp8_v_chunk<D>(key, kB * g / 16) + kB * g % 16;
+    if constexpr (kB == 16) {
+      const uint4 x = *reinterpret_cast<const uint4*>(p);
+      vw[j][0] = x.x, vw[j][1] = x.y, vw[j][2] = x.z, vw[j][3] = x.w;
+    } else {
+      const uint2 x = *reinterpret_cast<const uint2*>(p);
+      vw[j][0] = x.x, vw[j][1] = x.y;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kB / 4; ++m) {
+    uint32_t b0[4], b1[4];
+    fp8_key_pairs<kE4M3>(vw[0][m], vw[1][m], b0);  // keys 2t, 2t+1
+    fp8_key_pairs<kE4M3>(vw[2][m], vw[3][m], b1);  // keys 2t+8, 2t+9
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mma_16816<__half>(o[4 * m + e], pa, b0[e], b1[e]);
+  }
+}
+
+// Column of head dim d in a row of the merge buffer: 4-float chunks XOR-swizzled (bits 1-2 of
+// the chunk by its bits 3-4) so the float4 stores below, whose lanes t = 0..3 sit 2 kB dims
+// apart, hit different banks; 32 consecutive dims stay in one 32-float group (reads are
+// conflict-free too).
+__device__ __forceinline__ int fp8_o_col(int d) { return d ^ (((d >> 5) & 3) << 3); }
+
+// This warp's O (permuted order) into its [16][o_stride] slice of the merge buffer, in head-dim
+// order (fp8_o_col): a lane's columns 2t and 2t + 1 of n-tiles 0..D/8-1 are D/8 consecutive
+// dims each.
+template <int D>
+__device__ __forceinline__ void store_o_fp8_order(float* s_o, int o_stride, const float (&o)[D / 8][4], int lane) {
+  constexpr int kB = D / 8;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {  // C element e: row g (e < 2) or g + 8, column 2t + (e & 1)
+    float* dst = s_o + (g + 8 * (e >> 1)) * o_stride;
+#pragma unroll
+    for (int i = 0; i < kB; i += 4)
+      *reinterpret_cast<float4*>(dst + fp8_o_col(kB * (2 * t + (e & 1)) + i)) =
+          make_float4(o[i][e], o[i + 1][e], o[i + 2][e], o[i + 3][e]);
+  }
+}
+
+// Decode over an fp8 cache: 16 packed rows, 4 warps splitting each 64-key tile, split-K as in
+// paged_attn_mma_kernel; Q and P in F16.
+template <int D, int kStages, bool kSoftcap, int kFp8>
+__global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kStages, D))
+    paged_attn_fp8_decode_kernel(const Launch L) {
+  constexpr bool kE4M3 = kFp8 == kKvE4M3;
+  constexpr int kTileBytes = kTileKeys * D;  // one K or V tile
+  constexpr int kNtO = D / 8;
+  static_assert(kStages >= 2 && (D == 64 || D == 128) && kFp8 != kKvNative);
+  // 32-byte runs: 2 keys per thread at D 128. (One key per thread pair, 64-byte runs, saves
+  // the second table lookup and address but puts 16 cache lines in every cp.async: measured
+  // 17% slower, long- and short-scoreboard stalls doubled.)
+  using Loader = KvTileLoader<D, kDecodeWarps * 32, 2>;
+
+  const PagedAttnArgs& a = L.a;
+  extern __shared__ uint4 smem[];
+  uint8_t* s_kv = reinterpret_cast<uint8_t*>(smem);  // [kStages][K, V][kTileKeys][D] fp8, chunks swizzled
+
+  pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
+  pdl_launch_dependents();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  AttnSpan sp;
+  if (!attn_span<true, kDecodeRows>(L, sp)) return;
+
+  Loader ld(a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+  auto stage_dst = [&](int stage) {  // (the swizzles depend on key & 7 only: one per thread)
+    return [=](int k0, int key, int c, int kv) {
+      const int pos = kv ? fp8_v_chunk<D>(key, c) : fp8_k_chunk<D>(key, c);
+      return s_kv + (stage * 2 + kv) * kTileBytes + (k0 + key) * D + 16 * pos;
+    };
+  };
+  // Prologue: tiles 0 .. kStages - 2 in flight, one commit group each (empty past the end).
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < sp.n_tiles) {
+      ld.load_ids();
+      ld.issue(stage_dst(st));
+    }
+    cp_async_commit();
+  }
+  if (kStages - 1 < sp.n_tiles) ld.load_ids();
+
+  // Q straight from global memory into registers while the first tiles are in flight.
+  uint32_t qa[D / 16][4];
+  load_q_fp8_order<D>(qa, L, sp, lane);
+
+  float o[kNtO][4];
+#pragma unroll
+  for (int i = 0; i < kNtO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  const int G = L.group;
+  const int r_a = sp.row0 + lane / 4, r_b = r_a + 8;  // this lane's rows
+  const int pos_a = sp.pos_base + r_a / G, pos_b = sp.pos_base + r_b / G;
+  const int block_pos_min = sp.pos_base + sp.row0 / G;
+  const int key_off = warp * 16;  // first key of this warp within a tile
+  const float qk_scale = kSoftcap ? a.scale : a.scale * kLog2e;
+  const float inv_cap = kSoftcap ? 1.0f / a.softcap : 0.0f;
+
+  int stage = 0, issue_stage = kStages - 1;
+  for (int t = 0; t < sp.n_tiles; ++t) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
+    if (t + kStages - 1 < sp.n_tiles) {
+      ld.issue(stage_dst(issue_stage));  // into the stage tile t - 1 used
+      if (t + kStages < sp.n_tiles) ld.load_ids();
+    }
+    cp_async_commit();
+    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
+    const uint8_t* k_s = s_kv + stage * 2 * kTileBytes;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    const int key0 = sp.t_begin + t * kTileKeys + key_off;
+
+    float s[2][4] = {};
+    qk_fp8<D, kE4M3>(s, qa, k_s, key_off, lane);
+    scale_scores<2, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
+    if (key0 + 15 > block_pos_min || a.window > 0) mask_scores<2>(s, key0, pos_a, pos_b, a.window, lane);
+    online_softmax<2, kNtO, true>(s, o, m_a, m_b, l_a, l_b);
+    uint32_t pa[4];
+    p_fragment<__half, 2>(pa, s, 0);
+    pv_fp8<D, kE4M3>(o, pa, k_s + kTileBytes, key_off, lane);
+  }
+
+  // Merge the 4 warps' partial states through shared memory once no copy is in flight.
+  cp_async_wait<0>();
+  __syncthreads();
+  constexpr int kOStride = fp8_o_stride(D);
+  float* s_o = reinterpret_cast<float*>(smem);               // [kDecodeWarps][16][kOStride]
+  float* s_m = s_o + kDecodeWarps * kDecodeRows * kOStride;  // [kDecodeWarps][16]
+  float* s_l = s_m + kDecodeWarps * kDecodeRows;             // [kDecodeWarps][16]
+  store_o_fp8_order<D>(s_o + warp * kDecodeRows * kOStride, kOStride, o, lane);
+  store_warp_state(s_m, s_l, warp, lane, m_a, m_b, l_a, l_b);
+  __syncthreads();
+  finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) {
+    return s_o[(w * kDecodeRows + r) * kOStride + fp8_o_col(d)];
+  });
+}
+
+template <int D, int kStages, int kFp8>
+cudaError_t launch_fp8_decode_cfg(const Launch& L, dim3 grid, cudaStream_t stream) {
+  auto kernel = L.a.softcap > 0.0f ? paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>
+                                   : paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>;
+  constexpr size_t smem = fp8_decode_smem(kStages, D);
+  // Once per kernel (never inside a graph capture).
+  static const cudaError_t attr[2] = {
+      cudaFuncSetAttribute(paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+      cudaFuncSetAttribute(paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
+  if (attr[0] != cudaSuccess) return attr[0];
+  if (attr[1] != cudaSuccess) return attr[1];
+  return launch_kernel(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, L.a.pdl, L);
+}
+
+template <int D, int kFp8>
+cudaError_t launch_fp8_decode_stages(const Launch& L, int stages, dim3 grid, cudaStream_t stream) {
+  switch (stages) {
+    case 2: return launch_fp8_decode_cfg<D, 2, kFp8>(L, grid, stream);
+    case 3: return launch_fp8_decode_cfg<D, 3, kFp8>(L, grid, stream);
+    case 4: return launch_fp8_decode_cfg<D, 4, kFp8>(L, grid, stream);
+    case 6: return launch_fp8_decode_cfg<D, 6, kFp8>(L, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <int D>
+cudaError_t launch_fp8_decode_dim(const Launch& L, int stages, dim3 grid, cudaStream_t stream) {
+  switch (L.a.kv_type) {
+    case DType::FP8_E4M3: return launch_fp8_decode_stages<D, kKvE4M3>(L, stages, grid, stream);
+    case DType::FP8_E5M2: return launch_fp8_decode_stages<D, kKvE5M2>(L, stages, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream) {
+  switch (L.a.head_dim) {
+    case 64: return launch_fp8_decode_dim<64>(L, stages, grid, stream);
+    case 128: return launch_fp8_decode_dim<128>(L, stages, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace attn
+}  // namespace ember::cuda
