@@ -175,19 +175,35 @@ std::vector<RequestOutput> LlmEngine::step() {
     argmax_step = r != nullptr && is_plain_argmax(r->params, r->output().size());
   }
 
-  // Otherwise, every row one the device sampler takes (temperature / top-k / top-p / min-p):
-  // sample there; the uniform draws come from each request's random stream, as on the host.
+  // The Sampler's view of the step's rows (request params, token history, random stream).
+  auto sampler_rows = [&] {
+    std::vector<SamplerRow> rows;
+    rows.reserve(so.samples.size());
+    for (const SampleSlot& slot : so.samples) {
+      Request* r = scheduler_->find(slot.seq_id);
+      EMBER_CHECK(r != nullptr);
+      rows.push_back({slot.logits_row, &r->params, r->prompt(), r->output(), &r->rng});
+    }
+    return rows;
+  };
+
+  // Otherwise, every row one the device sampler takes (all but top logprob alternatives):
+  // sample there; the uniform draws come from each request's random stream, as on the host,
+  // and bias / penalties / min_tokens travel as per-token lists (Sampler::token_adjustments).
   bool device_sample_step = !argmax_step && executor_->can_execute_sample();
   for (size_t i = 0; device_sample_step && i < so.samples.size(); ++i) {
     const Request* r = scheduler_->find(so.samples[i].seq_id);
-    device_sample_step = r != nullptr && is_device_sampleable(r->params, r->output().size());
+    device_sample_step = r != nullptr && is_device_sampleable(r->params);
   }
   if (device_sample_step) {
-    sample_specs_.resize(so.samples.size());
-    for (size_t i = 0; i < so.samples.size(); ++i) {
-      Request* r = scheduler_->find(so.samples[i].seq_id);
-      const SamplingParams& p = r->params;
-      sample_specs_[i] = DeviceSampleSpec::of(p, so.samples[i].logits_row, p.is_greedy() ? 0.0 : uniform01(r->rng));
+    const std::vector<SamplerRow> rows = sampler_rows();
+    // Views into the sampler's storage: valid through execute_sample (no other call between).
+    const std::vector<std::span<const TokenAdjust>> adjust = sampler_->token_adjustments(rows, vocab_size_);
+    sample_specs_.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SamplingParams& p = *rows[i].params;
+      sample_specs_[i] = DeviceSampleSpec::of(p, rows[i].logits_row, p.is_greedy() ? 0.0 : uniform01(*rows[i].rng));
+      sample_specs_[i].adjust = adjust[i];
     }
   }
 
@@ -243,14 +259,7 @@ std::vector<RequestOutput> LlmEngine::step() {
       sampled[i].token_id = argmax_ids_[static_cast<size_t>(row)];
     }
   } else {
-    std::vector<SamplerRow> rows;
-    rows.reserve(so.samples.size());
-    for (const SampleSlot& slot : so.samples) {
-      Request* r = scheduler_->find(slot.seq_id);
-      EMBER_CHECK(r != nullptr);
-      rows.push_back({slot.logits_row, &r->params, r->prompt(), r->output(), &r->rng});
-    }
-    sampled = sampler_->sample(logits_, vocab_size_, rows);
+    sampled = sampler_->sample(logits_, vocab_size_, sampler_rows());
   }
   std::vector<int32_t> tokens(sampled.size());
   for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = sampled[i].token_id;

@@ -4,17 +4,21 @@
 // returns logits. Implemented by runner/ (a real model on a Backend) and by fakes in tests.
 #include "core/status.h"
 #include "model/forward_batch.h"
+#include "sample/token_adjust.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace ember {
 
 // One logit row sampled where the logits are (ModelExecutor::execute_sample): the host
-// Sampler's rules (sample/sampler.cpp) for requests without bias, penalties or pending
-// min_tokens (is_device_sampleable). u: the uniform draw in [0, 1) the host took from the
-// request's random stream (greedy rows take none).
+// Sampler's rules (sample/sampler.cpp) for requests without top logprob alternatives
+// (is_device_sampleable). u: the uniform draw in [0, 1) the host took from the request's random
+// stream (greedy rows take none). adjust: the row's min_tokens suppression, logit_bias and
+// penalties as Sampler::token_adjustments lists them (sorted distinct ids in the vocabulary),
+// applied to the logits before the pick; a view the caller keeps alive through the call.
 struct DeviceSampleSpec {
   int logits_row = 0;
   bool greedy = false;
@@ -22,8 +26,10 @@ struct DeviceSampleSpec {
   int top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
-  bool logprob = false;  // the raw log-softmax of the token and its rank
+  bool logprob = false;  // the raw log-softmax of the token and its rank (before any adjustment)
   double u = 0.0;
+  float repetition_penalty = 1.0f;  // for adjust's kAdjustRepeat entries
+  std::span<const TokenAdjust> adjust;
 
   // The spec of a request's SamplingParams (a template: this layer does not depend on sched/);
   // u is the host Sampler's one draw per non-greedy pick, drawn by the caller from the
@@ -39,6 +45,7 @@ struct DeviceSampleSpec {
     s.min_p = p.min_p;
     s.logprob = p.logprobs.has_value();
     s.u = s.greedy ? 0.0 : u;
+    s.repetition_penalty = p.repetition_penalty;
     return s;
   }
 };
@@ -76,9 +83,9 @@ class ModelExecutor {
     (void)token_ids;
     return Status::error("this executor has no execute_argmax");
   }
-  // Non-greedy steps without the logits: execute_sample runs one step like execute and
-  // samples each spec's row on the device; out[i] is rows[i]'s token (same distribution as the
-  // host Sampler's; see DeviceSampleSpec).
+  // Steps without the logits: execute_sample runs one step like execute and samples each
+  // spec's row on the device; out[i] is rows[i]'s token (the host Sampler's pick for the same
+  // u; see DeviceSampleSpec).
   virtual bool can_execute_sample() const { return false; }
   virtual Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
                                 std::vector<DeviceSampled>& out) {

@@ -296,7 +296,14 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
   if (!logits.is_ok()) return logits.status();
   out.clear();
   if (!logits->valid()) return rows.empty() ? Status::ok() : Status::error("execute_sample: no logit rows");
+  static_assert(cuda::kSampleAdjSuppress == kAdjustSuppress && cuda::kSampleAdjBias == kAdjustBias &&
+                cuda::kSampleAdjRepeat == kAdjustRepeat && cuda::kSampleAdjSubtract == kAdjustSubtract);
   std::vector<cuda::DeviceSampleRow> dev(rows.size());
+  size_t n_adj = 0;
+  for (const DeviceSampleSpec& s : rows) n_adj += s.adjust.size();
+  if (n_adj >= static_cast<size_t>(INT32_MAX)) return Status::error("execute_sample: too many token adjustments");
+  std::vector<cuda::DeviceSampleAdj> adj;
+  adj.reserve(n_adj);
   for (size_t i = 0; i < rows.size(); ++i) {
     const DeviceSampleSpec& s = rows[i];
     cuda::DeviceSampleRow& d = dev[i];
@@ -309,10 +316,14 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
     d.log_min_p = s.min_p > 0.0f ? std::log(s.min_p) : -INFINITY;
     d.want_logprob = s.logprob;
     d.u = s.u;
+    d.repetition = s.repetition_penalty;
+    d.adj_begin = static_cast<int32_t>(adj.size());
+    d.n_adj = static_cast<int32_t>(s.adjust.size());
+    for (const TokenAdjust& a : s.adjust) adj.push_back({a.token, a.flags, a.bias, a.subtract});
   }
   std::vector<cuda::DeviceSampleOut> res;
   step_profile::Scope t("runner: sample + ids");
-  EMBER_RETURN_IF_ERROR(cuda_->sample_rows(*logits, dev, res));  // the one sync
+  EMBER_RETURN_IF_ERROR(cuda_->sample_rows(*logits, dev, adj, res));  // the one sync
   out.resize(res.size());
   for (size_t i = 0; i < res.size(); ++i) out[i] = {res[i].token, res[i].logprob, res[i].rank};
   return Status::ok();

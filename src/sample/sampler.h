@@ -9,9 +9,11 @@
 // and a greedy token's logprob is the model's.
 #include "core/thread_pool.h"
 #include "sample/logprobs.h"
+#include "sample/token_adjust.h"
 #include "sched/sampling_params.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <memory>
 #include <random>
@@ -49,13 +51,38 @@ class Sampler {
   // One row (what sample() does per row).
   SampledToken sample_row(std::span<const float> row_logits, const SamplerRow& row);
 
+  // What sample_row does to a row's logits x (NaN already -inf) before temperature / greedy:
+  // min_tokens suppression, logit_bias, penalties.
+  void adjust_row(std::span<float> x, const SamplerRow& row) const;
+
+  // The same edits as token lists for a device sampler (ModelExecutor::execute_sample):
+  // result[i] for rows[i], sorted by token id, distinct, only ids in [0, vocab_size) (the host
+  // skips others); apply_token_adjustments(x, result[i], repetition_penalty) == adjust_row(x,
+  // rows[i]) bit for bit. Views into this Sampler's storage, valid until the next call. Cost per
+  // row: what it touches (prompt + output with a repetition penalty, output with presence /
+  // frequency, bias and stop ids) plus a vocab / 64-word scan when it touches anything; many
+  // rows are spread over the pool.
+  std::vector<std::span<const TokenAdjust>> token_adjustments(std::span<const SamplerRow> rows, int vocab_size);
+
  private:
   SampledToken sample_row_into(std::span<const float> row_logits, const SamplerRow& row, std::vector<float>& work);
+  // fn(begin, end, task) over contiguous ranges of [0, n), one per pool thread (one range on
+  // the calling thread, task 0, when single-threaded or n is small).
+  void split_rows(size_t n, const std::function<void(size_t, size_t, int)>& fn);
 
   std::vector<int32_t> eos_token_ids_;
   std::unique_ptr<ThreadPool> pool_;   // null when single-threaded
   std::vector<std::vector<float>> work_;  // scratch row per pool task
+  // token_adjustments, per pool task: per-id marks and bitmap (zero between rows), the lists.
+  std::vector<std::vector<uint32_t>> adjust_marks_;
+  std::vector<std::vector<uint64_t>> adjust_bits_;
+  std::vector<std::vector<TokenAdjust>> adjust_lists_;
 };
+
+// sample_row's pick from a row x after Sampler::adjust_row (NaN already -inf; x is clobbered):
+// greedy: the first maximum; otherwise temperature, min_p, top_k, top_p and the draw with u in
+// [0, 1). Nothing left above -inf: the first maximum of raw_logits, 0 without one.
+int32_t pick_adjusted(std::span<float> x, std::span<const float> raw_logits, const SamplingParams& p, double u);
 
 // Whether sample_row's pick for this request is the plain argmax of the unmodified logits (greedy,
 // no logprobs, bias or penalties, min_tokens reached): then an executor may compute it where
@@ -63,9 +90,9 @@ class Sampler {
 bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens);
 
 // Whether a device sampler (ModelExecutor::execute_sample) implements this request's pick:
-// temperature (or greedy), top_k, top_p, min_p and a logprob without top alternatives; no
-// logit bias, penalties or pending min_tokens suppression. The host rules below define it.
-bool is_device_sampleable(const SamplingParams& p, size_t n_output_tokens);
+// everything but top logprob alternatives (temperature or greedy, top_k, top_p, min_p, a
+// logprob, and logit_bias / penalties / min_tokens through Sampler::token_adjustments).
+bool is_device_sampleable(const SamplingParams& p);
 
 // Raw-distribution logprobs of `token` with the top `n_top` alternatives (most likely first,
 // lower id first among ties). NaN logits count as -inf.

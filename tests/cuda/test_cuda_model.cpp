@@ -545,7 +545,7 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
     prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(4 + 3 * s));
     for (auto& t : prompts[static_cast<size_t>(s)]) t = tok(rng);
   }
-  std::vector<SamplingParams> params(4);
+  std::vector<SamplingParams> params(7);
   params[0].temperature = 0.8f;
   params[0].top_p = 0.95f;
   params[1].temperature = 1.2f;
@@ -554,8 +554,25 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   params[2].min_p = 0.05f;
   params[2].logprobs = 0;
   params[3].temperature = 0.0f;
+  // Adjusted rows: penalties + bias (sampled and greedy), min_tokens with stop ids.
+  params[4].temperature = 0.9f;
+  params[4].top_p = 0.9f;
+  params[4].repetition_penalty = 1.3f;
+  params[4].presence_penalty = 0.5f;
+  params[4].frequency_penalty = 0.4f;
+  params[4].logit_bias = {{tok(rng), 3.0f}, {tok(rng), -100.0f}};
+  params[5].temperature = 0.0f;
+  params[5].repetition_penalty = 1.5f;
+  params[5].logit_bias = {{tok(rng), 2.0f}};
+  params[6].temperature = 0.8f;
+  params[6].min_tokens = 4;
+  params[6].stop_token_ids = {tok(rng), tok(rng)};
+  params[6].logprobs = 0;
+  // Row i's history: its sequence's prompt and the first i % 5 of these "output" tokens.
+  std::vector<int32_t> outputs(4);
+  for (auto& t : outputs) t = tok(rng);
   Seqs sa(16, bpb, n_seqs), sb(16, bpb, n_seqs);
-  Sampler sampler({});
+  Sampler sampler({tok(rng)});
   std::vector<std::mt19937_64> host_rng, dev_rng;
   for (int i = 0; i < 64; ++i) host_rng.emplace_back(1000 + i), dev_rng.emplace_back(1000 + i);
   std::vector<float> logits;
@@ -565,10 +582,13 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
     std::vector<DeviceSampleSpec> specs;
     for (int i = 0; i < n_rows; ++i) {
       const SamplingParams& p = params[static_cast<size_t>(i) % params.size()];
-      rows.push_back({i, &p, {}, {}, &host_rng[static_cast<size_t>(i)]});
+      const std::span<const int32_t> output = std::span<const int32_t>(outputs).first(static_cast<size_t>(i % 5));
+      rows.push_back({i, &p, prompts[static_cast<size_t>(i % n_seqs)], output, &host_rng[static_cast<size_t>(i)]});
       specs.push_back(
           DeviceSampleSpec::of(p, i, p.is_greedy() ? 0.0 : uniform01(dev_rng[static_cast<size_t>(i)])));
     }
+    const auto adjust = sampler.token_adjustments(rows, vocab);  // views valid until the next call
+    for (size_t i = 0; i < specs.size(); ++i) specs[i].adjust = adjust[i];
     return std::make_pair(rows, specs);
   };
   auto step = [&](const std::vector<std::vector<int32_t>>& toks, bool all, const std::string& where) {

@@ -1,7 +1,10 @@
 #include "fake_executor.h"
 
+#include "sample/sampler.h"
+
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 
 namespace ember::testing {
@@ -59,6 +62,44 @@ Status FakeExecutor::execute_argmax(const ForwardBatch& b, std::vector<int32_t>&
         best = logits[r * vocab + v];
         token_ids[r] = static_cast<int32_t>(v);
       }
+  }
+  return Status::ok();
+}
+
+Status FakeExecutor::execute_sample(const ForwardBatch& b, const std::vector<DeviceSampleSpec>& rows,
+                                    std::vector<DeviceSampled>& out) {
+  if (!opt_.device_sample) return Status::error("execute_sample not offered");
+  std::vector<RecordedSampleRow>& call = sample_calls_.emplace_back();
+  for (const DeviceSampleSpec& spec : rows) {
+    RecordedSampleRow& r = call.emplace_back();
+    r.spec = spec;
+    r.spec.adjust = {};
+    r.adjust.assign(spec.adjust.begin(), spec.adjust.end());
+  }
+  std::vector<float> logits;
+  EMBER_RETURN_IF_ERROR(execute(b, logits));
+  const size_t vocab = static_cast<size_t>(opt_.vocab_size);
+  out.clear();
+  for (const DeviceSampleSpec& spec : rows) {
+    if (spec.logits_row < 0 || static_cast<size_t>(spec.logits_row) >= logits.size() / vocab)
+      return Status::errorf("execute_sample: logits row {}", spec.logits_row);
+    const std::span<const float> raw(logits.data() + static_cast<size_t>(spec.logits_row) * vocab, vocab);
+    std::vector<float> x(raw.begin(), raw.end());
+    for (float& v : x)
+      if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+    apply_token_adjustments(x, spec.adjust, spec.repetition_penalty);
+    SamplingParams p;
+    p.temperature = spec.greedy ? 0.0f : spec.temperature;
+    p.top_k = spec.top_k;
+    p.top_p = spec.top_p;
+    p.min_p = spec.min_p;
+    DeviceSampled& d = out.emplace_back();
+    d.token_id = pick_adjusted(x, raw, p, spec.u);
+    if (spec.logprob) {
+      const SampleLogprobs lp = compute_logprobs(raw, d.token_id, 0);
+      d.logprob = lp.logprob;
+      d.rank = lp.rank;
+    }
   }
   return Status::ok();
 }

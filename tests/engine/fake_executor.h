@@ -21,6 +21,14 @@ struct FakeExecutorOptions {
   int fail_on_step = -1;
   // Offer execute_argmax (what a GPU runner does for greedy steps).
   bool device_argmax = false;
+  // Offer execute_sample (what a GPU runner does for sampled steps).
+  bool device_sample = false;
+};
+
+// One row of an execute_sample call as the fake received it (the adjustment list copied).
+struct RecordedSampleRow {
+  DeviceSampleSpec spec;  // spec.adjust is cleared (the view dies with the call)
+  std::vector<TokenAdjust> adjust;
 };
 
 class FakeExecutor : public ModelExecutor {
@@ -38,6 +46,12 @@ class FakeExecutor : public ModelExecutor {
   bool can_execute_argmax() const override { return opt_.device_argmax; }
   // execute(), then the first maximum of each logit row (0 when none is above -inf).
   Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
+  bool can_execute_sample() const override { return opt_.device_sample; }
+  // execute(), then each spec's pick as a device sampler defines it: the row's adjustment
+  // list applied to the NaN-scrubbed logits, then pick_adjusted with the spec's u (raw
+  // logprob and rank from compute_logprobs). Records every call's rows.
+  Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                        std::vector<DeviceSampled>& out) override;
 
   // The logits the fake returns after reading back exactly `tokens` (what a correct engine
   // makes it see): [vocab_size].
@@ -51,6 +65,9 @@ class FakeExecutor : public ModelExecutor {
   const std::vector<std::string>& errors() const { return errors_; }
   int n_steps() const { return n_steps_; }
   int n_argmax_steps() const { return n_argmax_steps_; }
+  int n_sample_steps() const { return static_cast<int>(sample_calls_.size()); }
+  // Rows of every execute_sample call, in call order.
+  const std::vector<std::vector<RecordedSampleRow>>& sample_calls() const { return sample_calls_; }
   int64_t n_tokens_computed() const { return n_tokens_computed_; }
   int64_t n_block_copies() const { return n_block_copies_; }
 
@@ -68,6 +85,7 @@ class FakeExecutor : public ModelExecutor {
   std::unordered_set<uint64_t> seen_;
   int n_steps_ = 0;
   int n_argmax_steps_ = 0;
+  std::vector<std::vector<RecordedSampleRow>> sample_calls_;
   int64_t n_tokens_computed_ = 0;
   int64_t n_block_copies_ = 0;
 };

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
+#include <span>
 
 namespace ember::testing {
 namespace {
@@ -87,6 +89,179 @@ TEST(LlmEngine, DeviceArgmaxOnlyForPlainGreedySteps) {
     EXPECT_EQ(static_cast<int>(res["m"][0].tokens.size()) >= 4, true);
     EXPECT_GT(te.fake->n_argmax_steps(), 0);
     EXPECT_LT(te.fake->n_argmax_steps(), te.fake->n_steps());
+  }
+}
+
+// What a row's adjustment list must hold, built independently of Sampler::token_adjustments
+// (a map per token over what the host's processors touch): min_tokens suppression of EOS and
+// stop ids, logit_bias, the repetition penalty over prompt + output, presence / frequency over
+// output counts; ids outside the vocabulary dropped.
+std::vector<TokenAdjust> expected_adjustments(const SamplingParams& p, const std::vector<int32_t>& prompt,
+                                              std::span<const int32_t> output, const std::vector<int32_t>& eos,
+                                              int vocab) {
+  std::map<int32_t, TokenAdjust> m;
+  auto at = [&](int32_t t) -> TokenAdjust* {
+    if (t < 0 || t >= vocab) return nullptr;
+    m[t].token = t;
+    return &m[t];
+  };
+  if (static_cast<int>(output.size()) < p.min_tokens) {
+    for (int32_t t : eos)
+      if (TokenAdjust* a = at(t); a && !p.ignore_eos) a->flags |= kAdjustSuppress;
+    for (int32_t t : p.stop_token_ids)
+      if (TokenAdjust* a = at(t)) a->flags |= kAdjustSuppress;
+  }
+  for (const auto& [t, b] : p.logit_bias)
+    if (TokenAdjust* a = at(t)) {
+      a->flags |= kAdjustBias;
+      a->bias = b;
+    }
+  if (p.repetition_penalty != 1.0f) {
+    for (int32_t t : prompt)
+      if (TokenAdjust* a = at(t)) a->flags |= kAdjustRepeat;
+    for (int32_t t : output)
+      if (TokenAdjust* a = at(t)) a->flags |= kAdjustRepeat;
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::map<int32_t, int> count;
+    for (int32_t t : output) ++count[t];
+    for (const auto& [t, c] : count)
+      if (TokenAdjust* a = at(t)) {
+        a->flags |= kAdjustSubtract;
+        a->subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+      }
+  }
+  std::vector<TokenAdjust> out;
+  for (const auto& [t, a] : m)
+    if (a.flags) out.push_back(a);
+  return out;
+}
+
+std::string describe(const std::vector<TokenAdjust>& list) {
+  std::string s;
+  for (const TokenAdjust& a : list) s += fmt::format("[{} f{} b{} s{}] ", a.token, a.flags, a.bias, a.subtract);
+  return s;
+}
+
+// An engine whose fake offers the device argmax and sampler (device), or neither (the host Sampler).
+TestEngine device_sampling_engine(bool device) {
+  EngineSetup s = default_setup();
+  s.fake.device_argmax = device;
+  s.fake.device_sample = device;
+  return make_engine(s);
+}
+
+// Executors that sample on the device (execute_sample) get the steps whose rows have logit
+// bias, penalties or pending min_tokens too, greedy rows included, with each row's adjustment
+// list; the outputs (tokens and logprobs) equal a host-sampled run of the same requests. Top
+// logprob alternatives keep a step on the host.
+TEST(LlmEngine, DeviceSamplingTakesBiasPenaltyAndMinTokensSteps) {
+  const std::vector<int32_t> p1 = {5, 9, 3, 7, 11, 2, 5, 5}, p2 = {4, 4, 8, 1}, p3 = {13, 6, 6};
+  std::vector<EngineRequest> reqs;
+  {
+    EngineRequest r = greedy_request("pen", p1, 14);  // greedy: not a plain argmax with penalties
+    r.params.repetition_penalty = 1.3f;
+    r.params.presence_penalty = 0.4f;
+    r.params.frequency_penalty = 0.3f;
+    r.params.logit_bias = {{3, -100.0f}, {5, 2.5f}};
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  {
+    EngineRequest r = greedy_request("samp", p2, 12);
+    r.params.temperature = 0.9f;
+    r.params.top_p = 0.9f;
+    r.params.min_tokens = 5;
+    r.params.stop_token_ids = {7, 0};
+    r.params.logit_bias = {{0, 1.5f}, {8, -3.0f}};  // EOS 0: biased and suppressed for 5 tokens
+    r.params.seed = 11;
+    reqs.push_back(r);
+  }
+  {
+    EngineRequest r = greedy_request("lp", p3, 10);
+    r.params.temperature = 0.7f;
+    r.params.top_k = 20;
+    r.params.frequency_penalty = -0.5f;
+    r.params.repetition_penalty = 0.8f;
+    r.params.logprobs = 0;
+    r.params.seed = 5;
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  auto run = [&](bool device) {
+    TestEngine te = device_sampling_engine(device);
+    for (const EngineRequest& r : reqs) EXPECT_TRUE(te.engine->add_request(r).is_ok());
+    Results res = run_all(te);
+    return std::make_pair(std::move(te), std::move(res));
+  };
+  auto [host, want] = run(false);
+  auto [dev, got] = run(true);
+  EXPECT_EQ(host.fake->n_sample_steps(), 0);
+  EXPECT_GT(dev.fake->n_sample_steps(), 0);
+  EXPECT_EQ(dev.fake->n_sample_steps(), dev.fake->n_steps()) << "a step left the device sampler";
+  EXPECT_EQ(dev.fake->n_argmax_steps(), 0);
+  for (const EngineRequest& r : reqs) {
+    const SampleResult &w = want[r.request_id][0], &g = got[r.request_id][0];
+    EXPECT_EQ(g.tokens, w.tokens) << r.request_id << ": device-sampled tokens differ from the host Sampler's";
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << r.request_id;
+    for (size_t i = 0; i < g.logprobs.size(); ++i) {
+      EXPECT_EQ(g.logprobs[i].logprob, w.logprobs[i].logprob) << r.request_id << " token " << i;
+      EXPECT_EQ(g.logprobs[i].rank, w.logprobs[i].rank) << r.request_id << " token " << i;
+    }
+  }
+  EXPECT_EQ(got["lp"][0].logprobs.size(), got["lp"][0].tokens.size());
+  EXPECT_GE(got["samp"][0].tokens.size(), 5u);
+  // The lists: a row's k-th appearance has k output tokens (no preemption here); each request
+  // is told apart by its temperature.
+  std::map<std::string, size_t> seen;
+  for (const auto& call : dev.fake->sample_calls()) {
+    for (const RecordedSampleRow& row : call) {
+      const EngineRequest* r = nullptr;
+      for (const EngineRequest& q : reqs)
+        if (q.params.temperature == (row.spec.greedy ? 0.0f : row.spec.temperature)) r = &q;
+      ASSERT_NE(r, nullptr);
+      EXPECT_EQ(row.spec.repetition_penalty, r->params.repetition_penalty);
+      const std::vector<int32_t>& tokens = got[r->request_id][0].tokens;
+      const size_t k = seen[r->request_id]++;
+      ASSERT_LT(k, tokens.size()) << r->request_id;
+      const auto want_list = expected_adjustments(r->params, r->prompt_token_ids,
+                                                  std::span<const int32_t>(tokens).first(k), {0}, 64);
+      EXPECT_EQ(describe(row.adjust), describe(want_list)) << r->request_id << " with " << k << " output tokens";
+    }
+  }
+  for (const EngineRequest& r : reqs) EXPECT_EQ(seen[r.request_id], got[r.request_id][0].tokens.size()) << r.request_id;
+}
+
+// Top logprob alternatives stay on the host (execute()); min_tokens on an otherwise plain
+// greedy request goes to the device sampler until it is reached, then to the device argmax.
+TEST(LlmEngine, DeviceSamplingRoutesTopLogprobsToHostAndMinTokensToArgmaxLater) {
+  const std::vector<int32_t> p1 = {5, 9, 3, 7, 11, 2};
+  {
+    TestEngine te = device_sampling_engine(true);
+    EngineRequest r = greedy_request("top", p1, 8);
+    r.params.logprobs = 2;
+    r.params.repetition_penalty = 1.2f;
+    ASSERT_TRUE(te.engine->add_request(std::move(r)).is_ok());
+    Results res = run_all(te);
+    EXPECT_EQ(te.fake->n_sample_steps(), 0);
+    EXPECT_EQ(te.fake->n_argmax_steps(), 0);
+    ASSERT_FALSE(res["top"][0].logprobs.empty());
+    EXPECT_EQ(res["top"][0].logprobs[0].top.size(), 2u);
+  }
+  {
+    TestEngine te = device_sampling_engine(true);
+    EngineRequest r = greedy_request("m", p1, 12);
+    r.params.min_tokens = 4;
+    r.params.ignore_eos = false;
+    ASSERT_TRUE(te.engine->add_request(std::move(r)).is_ok());
+    Results res = run_all(te);
+    ASSERT_GE(res["m"][0].tokens.size(), 4u);
+    EXPECT_EQ(te.fake->n_sample_steps(), 4) << "one device-sampled step per token below min_tokens";
+    EXPECT_EQ(te.fake->n_argmax_steps(), te.fake->n_steps() - 4);
+    for (const auto& call : te.fake->sample_calls()) {
+      ASSERT_EQ(call.size(), 1u);
+      EXPECT_EQ(describe(call[0].adjust), describe({TokenAdjust{0, kAdjustSuppress, 0.0f, 0.0f}}));
+    }
   }
 }
 

@@ -77,9 +77,12 @@ class CudaStep {
 
   // Sampled tokens without downloading the logits: out[i] for rows[i] over logits ([n, vocab]
   // F32 device memory, queued work included), by the host Sampler's rules for the parameters
-  // DeviceSampleRow carries (sample.cuh). One small upload, one kernel, one download of
-  // rows.size() results; waits for the stream.
+  // DeviceSampleRow carries (sample.cuh); adj holds the rows' token adjustments (row i's are
+  // adj[adj_begin, adj_begin + n_adj), ids strictly ascending in [0, vocab); checked). One
+  // upload (rows + adjustments), one kernel, one download of rows.size() results; waits for
+  // the stream.
   virtual Status sample_rows(const Tensor& logits, const std::vector<cuda::DeviceSampleRow>& rows,
+                             const std::vector<cuda::DeviceSampleAdj>& adj,
                              std::vector<cuda::DeviceSampleOut>& out) = 0;
 };
 

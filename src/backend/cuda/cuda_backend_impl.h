@@ -69,7 +69,7 @@ class CudaBackend final : public Backend, public CudaStep {
   Status set_weight_format(const std::string& name) override;
   Status argmax_rows(const Tensor& logits, int32_t* host_out) override;
   Status sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
-                     std::vector<DeviceSampleOut>& out) override;
+                     const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out) override;
 
  private:
   CudaBackend() = default;
@@ -171,10 +171,11 @@ class CudaBackend final : public Backend, public CudaStep {
   int32_t* argmax_dev_ = nullptr;
   int32_t* argmax_host_ = nullptr;
   int64_t argmax_cap_ = 0;
-  // sample_rows: one pinned buffer holding the rows then the results, and its device twin.
+  // sample_rows: one pinned buffer holding the results, the rows and the adjustments, and its
+  // device twin.
   void* sample_dev_ = nullptr;
   void* sample_host_ = nullptr;
-  size_t sample_cap_ = 0;  // rows
+  size_t sample_cap_ = 0;  // bytes
 
   // Graphs.
   struct Graph {

@@ -288,42 +288,58 @@ Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
 }
 
 Status CudaBackend::sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
-                                std::vector<DeviceSampleOut>& out) {
+                                const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out) {
   if (capturing_) return Status::error("sample_rows during a graph capture");
   if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
     return Status::errorf("sample_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
   const int64_t n_logit_rows = logits.n_rows(), vocab = logits.n_cols();
-  const size_t n = rows.size();
+  const size_t n = rows.size(), m = adj.size();
   out.resize(n);
   if (n == 0) return Status::ok();
-  for (const DeviceSampleRow& r : rows)
+  for (const DeviceSampleRow& r : rows) {
     if (r.logits_row < 0 || r.logits_row >= n_logit_rows)
       return Status::errorf("sample_rows: logits row {} of {}", r.logits_row, n_logit_rows);
+    if (r.adj_begin < 0 || r.n_adj < 0 || static_cast<size_t>(r.adj_begin) + static_cast<size_t>(r.n_adj) > m)
+      return Status::errorf("sample_rows: adjustments [{}, +{}) of {}", r.adj_begin, r.n_adj, m);
+    for (int j = 0; j < r.n_adj; ++j) {  // the kernel's index needs distinct ascending ids in the row
+      const int32_t t = adj[static_cast<size_t>(r.adj_begin + j)].token;
+      if (t < 0 || t >= vocab || (j > 0 && t <= adj[static_cast<size_t>(r.adj_begin + j - 1)].token))
+        return Status::errorf("sample_rows: adjustment token {} (entry {} of a row): ids must ascend in [0, {})", t,
+                              j, vocab);
+    }
+  }
   flush();
-  const size_t row_bytes = sizeof(DeviceSampleRow), out_bytes = sizeof(DeviceSampleOut);
-  if (n > sample_cap_) {
+  // One buffer: results, then rows and adjustments (uploaded by one copy); all 16-byte sized.
+  static_assert(sizeof(DeviceSampleOut) % 16 == 0 && sizeof(DeviceSampleRow) % 16 == 0 &&
+                sizeof(DeviceSampleAdj) == 16);
+  const size_t out_bytes = n * sizeof(DeviceSampleOut);
+  const size_t in_bytes = n * sizeof(DeviceSampleRow) + m * sizeof(DeviceSampleAdj);
+  if (out_bytes + in_bytes > sample_cap_) {
     EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
     if (sample_dev_) EMBER_CUDA_TRY(cudaFree(sample_dev_));
     if (sample_host_) EMBER_CUDA_TRY(cudaFreeHost(sample_host_));
     sample_dev_ = sample_host_ = nullptr;
     sample_cap_ = 0;
-    const size_t cap = std::max<size_t>(n, 1024);
-    EMBER_CUDA_TRY(cudaMalloc(&sample_dev_, cap * (row_bytes + out_bytes)));
-    EMBER_CUDA_TRY(cudaMallocHost(&sample_host_, cap * (row_bytes + out_bytes)));
+    const size_t cap =
+        std::max<size_t>((out_bytes + in_bytes) * 3 / 2, 1024 * (sizeof(DeviceSampleOut) + sizeof(DeviceSampleRow)));
+    EMBER_CUDA_TRY(cudaMalloc(&sample_dev_, cap));
+    EMBER_CUDA_TRY(cudaMallocHost(&sample_host_, cap));
     sample_cap_ = cap;
   }
-  // The previous call's results were read after its sync: the pinned rows can be rewritten.
-  auto* host_rows = static_cast<DeviceSampleRow*>(sample_host_);
-  auto* host_out = reinterpret_cast<DeviceSampleOut*>(static_cast<char*>(sample_host_) + sample_cap_ * row_bytes);
-  auto* dev_rows = static_cast<DeviceSampleRow*>(sample_dev_);
-  auto* dev_out = reinterpret_cast<DeviceSampleOut*>(static_cast<char*>(sample_dev_) + sample_cap_ * row_bytes);
-  std::memcpy(host_rows, rows.data(), n * row_bytes);
-  EMBER_CUDA_TRY(cudaMemcpyAsync(dev_rows, host_rows, n * row_bytes, cudaMemcpyHostToDevice, stream_));
-  EMBER_CUDA_TRY(launch_sample_rows(static_cast<const float*>(logits.data), vocab, dev_rows, static_cast<int>(n),
-                                    dev_out, stream_));
-  EMBER_CUDA_TRY(cudaMemcpyAsync(host_out, dev_out, n * out_bytes, cudaMemcpyDeviceToHost, stream_));
+  // The previous call's results were read after its sync: the pinned inputs can be rewritten.
+  char* host = static_cast<char*>(sample_host_);
+  char* dev = static_cast<char*>(sample_dev_);
+  const size_t rows_at = out_bytes, adj_at = rows_at + n * sizeof(DeviceSampleRow);
+  std::memcpy(host + rows_at, rows.data(), n * sizeof(DeviceSampleRow));
+  if (m > 0) std::memcpy(host + adj_at, adj.data(), m * sizeof(DeviceSampleAdj));
+  EMBER_CUDA_TRY(cudaMemcpyAsync(dev + rows_at, host + rows_at, in_bytes, cudaMemcpyHostToDevice, stream_));
+  EMBER_CUDA_TRY(launch_sample_rows(static_cast<const float*>(logits.data), vocab,
+                                    reinterpret_cast<const DeviceSampleRow*>(dev + rows_at), static_cast<int>(n),
+                                    reinterpret_cast<const DeviceSampleAdj*>(dev + adj_at), static_cast<int64_t>(m),
+                                    reinterpret_cast<DeviceSampleOut*>(dev), stream_));
+  EMBER_CUDA_TRY(cudaMemcpyAsync(host, dev, out_bytes, cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
-  std::memcpy(out.data(), host_out, n * out_bytes);
+  std::memcpy(out.data(), host, out_bytes);
   return Status::ok();
 }
 

@@ -272,8 +272,25 @@ __device__ long long find_first(int64_t vocab, u64 target, W w, SampleShared& sh
   return r;
 }
 
+// The host's adjust_logit (sample/token_adjust.h), one rounded float operation per step.
+__device__ __forceinline__ float adjust_logit(float v, const DeviceSampleAdj& a, float repetition) {
+  if (a.flags & kSampleAdjSuppress) v = -INFINITY;
+  if (a.flags & kSampleAdjBias) v = __fadd_rn(v, a.bias);
+  if (a.flags & kSampleAdjRepeat) v = v > 0.0f ? __fdiv_rn(v, repetition) : __fmul_rn(v, repetition);
+  if (a.flags & kSampleAdjSubtract) v = __fsub_rn(v, a.subtract);
+  return v;
+}
+
+// Dynamic shared memory of a launch with adjustments: for each 32-id word of the row, a bitmap
+// word of the adjusted ids, then (words with a bit set only) the index of the word's first
+// entry in the row's sorted list; id i's entry is first[w] + popc(bits[w] below i's bit).
+extern __shared__ uint32_t adj_index_smem[];
+
+__host__ __device__ inline int64_t adj_words(int64_t vocab) { return (vocab + 31) / 32; }
+
 __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __restrict__ x, int64_t vocab,
                                                                  const DeviceSampleRow* __restrict__ rows,
+                                                                 const DeviceSampleAdj* __restrict__ adj,
                                                                  DeviceSampleOut* __restrict__ out) {
   __shared__ SampleShared sh;
   const DeviceSampleRow p = rows[blockIdx.x];
@@ -282,12 +299,43 @@ __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __r
     const float v = raw[i];
     return isnan(v) ? -INFINITY : v;
   };
+  // The row's adjustments: index the ids (block-uniform branch; rows without any skip it).
+  const int n_adj = p.n_adj;
+  const DeviceSampleAdj* list = adj + p.adj_begin;
+  const int64_t n_words = adj_words(vocab);
+  uint32_t* adj_bits = adj_index_smem;
+  int32_t* adj_first = reinterpret_cast<int32_t*>(adj_index_smem + n_words);
+  if (n_adj > 0) {
+    for (int64_t w = threadIdx.x; w < n_words; w += kSThreads) adj_bits[w] = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < n_adj; j += kSThreads) {
+      const int t = list[j].token;
+      atomicOr(&adj_bits[t >> 5], 1u << (t & 31));
+      if (j == 0 || (list[j - 1].token >> 5) != (t >> 5)) adj_first[t >> 5] = j;
+    }
+    __syncthreads();
+  }
+  // x before temperature: the raw row with the adjusted ids replaced.
+  auto adjv = [&](int64_t i) {
+    float v = rawv(i);
+    if (n_adj > 0) {
+      const uint32_t word = adj_bits[i >> 5], bit = 1u << (i & 31);
+      if (word & bit) v = adjust_logit(v, list[adj_first[i >> 5] + __popc(word & (bit - 1))], p.repetition);
+    }
+    return v;
+  };
   const float inv_t = p.inv_temperature;
-  auto xv = [&](int64_t i) { return __fmul_rn(rawv(i), inv_t); };  // the host's x *= 1 / T
+  auto xv = [&](int64_t i) { return __fmul_rn(adjv(i), inv_t); };  // the host's x *= 1 / T
+  // Nothing left above -inf (e.g. min_tokens over a vocabulary of stop tokens): the host
+  // falls back to the raw argmax, 0 when there is none.
+  auto raw_argmax = [&] {
+    const int bi = block_argmax(vocab, rawv, sh);
+    return bi == INT_MAX ? 0 : bi;
+  };
   int token = 0;
   if (p.greedy) {
-    const int bi = block_argmax(vocab, rawv, sh);
-    token = bi == INT_MAX ? 0 : bi;
+    const int bi = block_argmax(vocab, adjv, sh);
+    token = bi == INT_MAX ? raw_argmax() : bi;
   } else {
     float tmax = -INFINITY;
     for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) tmax = fmaxf(tmax, xv(i));
@@ -295,7 +343,9 @@ __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __r
     if (m == INFINITY) {
       const long long f = find_first(vocab, 0, [&](int64_t i) -> u64 { return xv(i) == INFINITY; }, sh);
       token = f < 0 ? 0 : static_cast<int>(f);
-    } else if (m > -INFINITY) {
+    } else if (m == -INFINITY) {
+      token = raw_argmax();
+    } else {
       // min_p: x >= max + log(min_p) (the host's float sum).
       const float thr = p.log_min_p == -INFINITY ? -INFINITY : m + p.log_min_p;
       auto minp_ok = [&](float v) { return v > -INFINITY && v >= thr; };
@@ -352,8 +402,7 @@ __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __r
         return mass(v);
       };
       if (kept_total == 0) {  // nothing kept: the host falls back to the raw argmax
-        const int bi = block_argmax(vocab, rawv, sh);
-        token = bi == INT_MAX ? 0 : bi;
+        token = raw_argmax();
       } else {
         u64 target = static_cast<u64>(p.u * static_cast<double>(kept_total));
         if (target >= kept_total) target = kept_total - 1;
@@ -387,10 +436,18 @@ __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __r
 }  // namespace
 
 cudaError_t launch_sample_rows(const float* x, int64_t vocab, const DeviceSampleRow* rows, int n_rows,
-                               DeviceSampleOut* out, cudaStream_t stream) {
+                               const DeviceSampleAdj* adj, int64_t n_adj_total, DeviceSampleOut* out,
+                               cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
-  if (vocab <= 0 || vocab >= INT_MAX) return cudaErrorInvalidValue;
-  sample_rows_kernel<<<n_rows, kSThreads, 0, stream>>>(x, vocab, rows, out);
+  if (vocab <= 0 || vocab >= INT_MAX || n_adj_total < 0 || n_adj_total >= INT_MAX) return cudaErrorInvalidValue;
+  // The adjusted-id index (bits + first entry per 32-id word), only for launches with adjustments.
+  const size_t smem = n_adj_total > 0 ? static_cast<size_t>(adj_words(vocab)) * 2 * sizeof(uint32_t) : 0;
+  if (smem + sizeof(SampleShared) > 48 * 1024) {  // beyond the default: opt in (fails past the device's limit)
+    const cudaError_t e =
+        cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  sample_rows_kernel<<<n_rows, kSThreads, smem, stream>>>(x, vocab, rows, adj, out);
   return cudaGetLastError();
 }
 
