@@ -157,7 +157,7 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   CK(cudaFree(ws));
 }
 
-// Packed int4 / fp8 GEMV (tensor cores, dequantized in registers) at batch 1, 4 and 8, and the
+// Packed int4 / fp8 / int8 GEMV (tensor cores, dequantized in registers) at batch 1, 4 and 8, and the
 // gate/up + GLU launch; GB/s of packed bytes (weights + scales) read. Then the FP8 cuBLASLt GEMM
 // (x quantized per row + scale epilogue) against BF16 cuBLASLt for a batch of 256.
 void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
@@ -165,8 +165,8 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   const Shape shapes[] = {{4096, 4096, "q/o proj"}, {6144, 4096, "qkv"}, {14336, 4096, "gate/up"},
                           {4096, 14336, "down"}, {128256, 4096, "lm_head"}};
   void* ws = dmalloc(32u << 20);
-  for (QFormat f : {QFormat::Int4, QFormat::Fp8}) {
-    const char* fname = f == QFormat::Int4 ? "int4" : "fp8";
+  for (QFormat f : {QFormat::Int4, QFormat::Fp8, QFormat::Int8}) {
+    const char* fname = f == QFormat::Int4 ? "int4" : f == QFormat::Int8 ? "int8" : "fp8";
     for (const auto& sh : shapes) {
       const size_t qbytes = qweight_bytes(f, sh.m, sh.k);
       const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / qbytes + 1));

@@ -5,8 +5,12 @@
 # apart), plus the GPU sampling tests, in one call. Prebuilt binaries as in docs/CUDA_NOTES.md
 # "Running on the lent GPU"; SETUP=1 unpacks .devdeps first.
 #   BIN_DIR (default .devdeps/bin), LOG_DIR (default $OUT), MODEL_DIR (default /tmp/ember-llama3-8b),
-#   RUNS="name=format[=VAR=value] ..." (default: bf16 with the host sampler, then bf16 and fp8
-#   with device argmax), NUM_REQUESTS (256), OUTPUT_LEN (1000), SKIP_TESTS=1.
+#   RUNS="name=format[:kv-dtype][=VAR=value] ..." (default: bf16 with the host sampler, then bf16
+#   and fp8 with device argmax), NUM_REQUESTS (256), OUTPUT_LEN (1000), SKIP_TESTS=1,
+#   BIN_TAR (an .tar.xz of the binaries, unpacked into BIN_DIR),
+#   NCU_RUN="format[:kv-dtype]": afterwards, Nsight Compute times every kernel of a few decode
+#   steps (NCU_SKIP launches skipped first; a list gives one profile each) and
+#   ncu_step_summary.py prints them by kernel.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 if [[ -n ${SETUP:-} ]]; then
@@ -16,9 +20,10 @@ if [[ -n ${SETUP:-} ]]; then
   ldconfig -p | grep -q libssl.so.3 || dpkg -x "$root"/.devdeps/libssl3_*.deb /
   ldconfig
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  mkdir -p "$root/.devdeps/bin" && tar -xJf "$root/.devdeps/bin.tar.xz" -C "$root/.devdeps/bin"
+  [[ -f $root/.devdeps/bin.tar.xz ]] && mkdir -p "$root/.devdeps/bin" && tar -xJf "$root/.devdeps/bin.tar.xz" -C "$root/.devdeps/bin"
 fi
 bin=${BIN_DIR:-$root/.devdeps/bin}
+if [[ -n ${BIN_TAR:-} ]]; then mkdir -p "$bin" && tar -xJf "$BIN_TAR" -C "$bin"; fi
 logs=${LOG_DIR:-${OUT:-/tmp/throughput-logs}}
 model=${MODEL_DIR:-/tmp/ember-llama3-8b}
 mkdir -p "$logs"
@@ -43,17 +48,31 @@ note "weights: rc=$? ($(du -sh "$model" 2>/dev/null | cut -f1)) after $(( $(date
 for run in ${RUNS:-bf16-host=auto=EMBER_GPU_SAMPLE=0 bf16=auto fp8=fp8}; do
   name=${run%%=*}; rest=${run#*=}; fmt=${rest%%=*}; var=
   [[ $rest == *=* ]] && var=${rest#*=}
+  kv=auto; [[ $fmt == *:* ]] && { kv=${fmt#*:}; fmt=${fmt%%:*}; }
   t0=$(date +%s)
   if env ${var:+"$var"} EMBER_STEP_PROFILE=1 timeout "${THROUGHPUT_TIMEOUT:-240}" "$bin/ember" bench throughput \
-       -m "$model" --device cuda --weight-format "$fmt" --num-requests "${NUM_REQUESTS:-256}" --concurrency 256 \
+       -m "$model" --device cuda --weight-format "$fmt" --kv-dtype "$kv" --num-requests "${NUM_REQUESTS:-256}" --concurrency 256 \
        --input-len 1000 --output-len "${OUTPUT_LEN:-1000}" --max-num-seqs 256 --max-num-batched-tokens 8192 \
        --json "$logs/throughput_$name.json" >"$logs/throughput_$name.log" 2>&1; then
-    note "throughput $name ($fmt ${var}) in $(( $(date +%s) - t0 )) s: $(grep -E '^(output_tokens_per_s|mean_itl_ms|mean_ttft_ms) ' "$logs/throughput_$name.log" | tr -s ' ' | tr '\n' ' ')"
+    note "throughput $name ($fmt, kv $kv ${var}) in $(( $(date +%s) - t0 )) s: $(grep -E '^(output_tokens_per_s|mean_itl_ms|mean_ttft_ms) ' "$logs/throughput_$name.log" | tr -s ' ' | tr '\n' ' ')"
   else
     note "throughput $name failed or timed out: $(tail -2 "$logs/throughput_$name.log" | tr '\n' ' ')"
   fi
   sed -n '/^step profile/,$p' "$logs/throughput_$name.log"
 done
+if [[ -n ${NCU_RUN:-} ]]; then
+  fmt=${NCU_RUN%%:*}; kv=auto; [[ $NCU_RUN == *:* ]] && kv=${NCU_RUN#*:}
+  for skip in ${NCU_SKIP:-40000}; do  # several: one profile each (e.g. a prefill step and a decode step)
+    t0=$(date +%s)
+    timeout "${NCU_TIMEOUT:-200}" ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+      --launch-skip "$skip" --launch-count "${NCU_COUNT:-800}" \
+      "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --kv-dtype "$kv" \
+      --num-requests 256 --concurrency 256 --input-len 1000 --output-len 400 --max-num-seqs 256 \
+      --max-num-batched-tokens 8192 >"$logs/ncu_${fmt}_$skip.csv" 2>"$logs/ncu_${fmt}_$skip.err"
+    note "ncu $NCU_RUN after $skip launches: rc=$? in $(( $(date +%s) - t0 )) s"
+    python3 "$root/bench/cuda/ncu_step_summary.py" "$logs/ncu_${fmt}_$skip.csv" | tee "$logs/ncu_${fmt}_$skip.summary"
+  done
+fi
 echo
 echo "================ summary ($(( $(date +%s) - start )) s) ================"
 for line in "${summary[@]}"; do echo "$line"; done

@@ -27,7 +27,8 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--kv-dtype", o.kv_dtype,
                  "KV cache dtype: auto (f32 for f32 checkpoints, else f16; bf16 on CUDA), f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2");
   app.add_option("--weight-format", o.weight_format,
-                 "CUDA: matrices on the GPU as auto (bf16), bf16, int4 (group 128, quantized at load) or fp8 (e4m3, per-row scales)");
+                 "CUDA: matrices on the GPU as auto (bf16), bf16, int4 (group 128, quantized at load), fp8 (e4m3, per-row "
+                 "scales) or int8 (per-row scales)");
   if (!engine_options) return;
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "KV cache size, e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from --gpu-memory-utilization on CUDA");

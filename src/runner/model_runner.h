@@ -33,7 +33,8 @@ struct RunnerOptions {
   // not depend on batching, chunking or preemption; costs prefill speed (docs/PERFORMANCE.md).
   bool batch_invariant = false;
   // CUDA: how matrices are stored on the GPU: "auto" (BF16), "bf16", "int4" (weight-only,
-  // group 128, quantized at load) or "fp8" (e4m3, per-row scales). Other devices: "auto" only.
+  // group 128, quantized at load), "fp8" (e4m3, per-row scales) or "int8" (per-row scales).
+  // Other devices: "auto" only.
   std::string weight_format = "auto";
   // CPU: keep the weights memory-mapped instead of moving them into huge-page memory at
   // finish_load (the default there; other devices upload the weights: core/mmap_file.h).

@@ -376,7 +376,7 @@ TEST(CudaModel, LargeShapesMatchCpu) {
   std::printf("8B shapes: max rel error GPU vs CPU %.2e, graph+fusion vs plain %.2e\n", worst, worst_plain);
 }
 
-// Weight-only int4 / fp8 (quantized at load) against BF16 weights on the GPU, same checkpoint:
+// Weight-only int4 / fp8 / int8 (quantized at load) against BF16 weights on the GPU, same checkpoint:
 // a 3-sequence prompt batch (the large-batch GEMM path), then batch-3 and batch-1 decode steps
 // (the tensor-core GEMV, fused q/k/v and gate/up+GLU, graphs) and fused vs unfused launches.
 // Bounds: the quantization error of random tiny models (int4 RTN of uniform weights is ~6% per
@@ -446,6 +446,9 @@ TEST(CudaModel, QuantizedWeightsNearBf16) {
     // (measured on an H200: int4 0.45-0.62, fp8 0.16-0.24 on these 64-wide random models)
     EXPECT_LE(quantized_vs_bf16(path, "int4", 20, 6), 0.75) << m;
     EXPECT_LE(quantized_vs_bf16(path, "fp8", 20, 6), 0.3) << m;
+    // int8 (per-row RTN: ~0.4% rms per matrix, ~7x below e4m3's ~2.5-3%; plus the BF16 rounding
+    // of the dequantized weights on the prompt path): measured 0.037-0.069 on an H200.
+    EXPECT_LE(quantized_vs_bf16(path, "int8", 20, 6), 0.1) << m;
   }
   // A weight format off the GPU is an error, not silently ignored.
   RunnerOptions o;
@@ -457,9 +460,10 @@ TEST(CudaModel, QuantizedWeightsLargeShapes) {
   SKIP_WITHOUT_GPU();
   const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
   if (!dir) GTEST_SKIP() << "set EMBER_CUDA_TEST_MODEL to a tools/make_cuda_bench_weights.py checkpoint";
-  // (measured on an H200: int4 0.23, fp8 0.096)
+  // (measured on an H200: int4 0.23, fp8 0.096, int8 0.016)
   EXPECT_LE(quantized_vs_bf16(dir, "int4", 40, 4), 0.35);
   EXPECT_LE(quantized_vs_bf16(dir, "fp8", 40, 4), 0.15);
+  EXPECT_LE(quantized_vs_bf16(dir, "int8", 40, 4), 0.05);
 }
 
 // FP8 K/V cache (e4m3, e5m2) on the GPU against the CPU backend with the same FP8 cache: prompt
@@ -520,14 +524,18 @@ TEST(CudaModel, Fp8KvMatchesCpuFp8Kv) {
       const double bound = big ? (kv == DType::FP8_E4M3 ? 5e-2 : 8e-2) : (kv == DType::FP8_E4M3 ? 0.2 : 0.35);
       EXPECT_LE(worst, bound) << path << " " << dtype_name(kv);
       EXPECT_LT(e8, e32) << path << " " << dtype_name(kv) << ": the GPU is not reading the CPU's FP8 values";
-      if (big) EXPECT_GE(gpu->num_cuda_graphs(), 1u);
+      if (big) {
+        EXPECT_GE(gpu->num_cuda_graphs(), 1u);
+      }
     }
   }
 }
 
 // Sampled tokens picked on the GPU (ModelRunner::execute_sample, temperature / top-k / top-p /
-// min-p) equal the host Sampler's picks from the downloaded logits of a twin runner with the
-// same random stream, for a prompt batch (every row) and graph-replayed decode steps.
+// min-p, and logit_bias / penalties / min_tokens through Sampler::token_adjustments lists over
+// a token history per row) equal the host Sampler's picks from the downloaded logits of a twin
+// runner with the same random stream, for a prompt batch (every row) and graph-replayed decode
+// steps.
 TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   SKIP_WITHOUT_GPU();
   const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");

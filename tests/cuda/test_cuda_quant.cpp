@@ -1,4 +1,4 @@
-// Weight-only int4 (group 128) and FP8 e4m3 (per-row scales) weights on the GPU: the packed
+// Weight-only int4 (group 128), FP8 e4m3 and int8 (per-row scales) weights on the GPU: the packed
 // bytes decoded here on the host (an independent reading of the layout in qgemv.cuh) must be
 // close to the original weights; matmul through the backend (tensor-core GEMV for 1-8 rows,
 // cuBLASLt above) must match a double-precision product of x and those decoded weights; the
@@ -6,7 +6,9 @@
 // outputs poisoned with NaN first.
 #include "backend/cuda/qgemv.cuh"
 #include "cuda_test_util.h"
+#include "quant/fp8.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -25,6 +27,12 @@ float e4m3_to_float(uint8_t b) {
   const float v = e == 0 ? std::ldexp(man / 8.0f, -6) : std::ldexp(1.0f + man / 8.0f, e - 7);
   return (b & 0x80) ? -v : v;
 }
+
+cuda::QFormat qformat(const std::string& f) {
+  return f == "int4" ? cuda::QFormat::Int4 : f == "int8" ? cuda::QFormat::Int8 : cuda::QFormat::Fp8;
+}
+// What the GEMV rounds x to: BF16, F16 for int8 (its mma takes F16 operands).
+DType gemv_x(const std::string& f) { return f == "int8" ? DType::F16 : DType::BF16; }
 
 // The packed matrix w (device) decoded on the host: [m, k] floats.
 std::vector<float> decode_packed(cuda::QFormat f, const Tensor& w) {
@@ -47,7 +55,8 @@ std::vector<float> decode_packed(cuda::QFormat f, const Tensor& w) {
       } else {
         float s;
         std::memcpy(&s, &bytes[soff + static_cast<size_t>(r) * 4], 4);
-        v = e4m3_to_float(bytes[r * row + static_cast<size_t>(c)]) * s;
+        const uint8_t b = bytes[r * row + static_cast<size_t>(c)];
+        v = (f == cuda::QFormat::Int8 ? static_cast<float>(static_cast<int8_t>(b)) : e4m3_to_float(b)) * s;
       }
       out[static_cast<size_t>(r * k + c)] = v;
     }
@@ -72,8 +81,8 @@ Packed make_packed(const std::string& format, int64_t m, int64_t k, uint32_t see
   EXPECT_TRUE(cs->set_weight_format("auto").is_ok());
   EXPECT_TRUE(r.is_ok()) << r.message();
   p.t = *r;
-  EXPECT_EQ(p.t.dtype, format == "int4" ? DType::Q4_0 : DType::FP8_E4M3);
-  p.dec = decode_packed(format == "int4" ? cuda::QFormat::Int4 : cuda::QFormat::Fp8, p.t);
+  EXPECT_EQ(p.t.dtype, format == "int4" ? DType::Q4_0 : format == "int8" ? DType::Q8_0 : DType::FP8_E4M3);
+  p.dec = decode_packed(qformat(format), p.t);
   return p;
 }
 
@@ -87,16 +96,16 @@ double rel(const std::vector<float>& a, const std::vector<double>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// ref [n, m] = x [n, k] (BF16-rounded when round_x) @ w [m, k]^T (+ bias).
+// ref [n, m] = x [n, k] (rounded to x_type when round_x) @ w [m, k]^T (+ bias).
 std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& w, const float* bias,
-                              int64_t n, int64_t m, int64_t k, bool round_x) {
+                              int64_t n, int64_t m, int64_t k, bool round_x, DType x_type = DType::BF16) {
   std::vector<double> ref(static_cast<size_t>(n * m));
   for (int64_t j = 0; j < n; ++j)
     for (int64_t r = 0; r < m; ++r) {
       double s = bias ? bias[r] : 0.0;
       for (int64_t i = 0; i < k; ++i) {
         const float xv = x[static_cast<size_t>(j * k + i)];
-        s += double(round_x ? cuda_test::round_to(DType::BF16, xv) : xv) * w[static_cast<size_t>(r * k + i)];
+        s += double(round_x ? cuda_test::round_to(x_type, xv) : xv) * w[static_cast<size_t>(r * k + i)];
       }
       ref[static_cast<size_t>(j * m + r)] = s;
     }
@@ -105,15 +114,72 @@ std::vector<double> reference(const std::vector<float>& x, const std::vector<flo
 
 TEST(CudaQuant, PackedWeightsCloseToOriginal) {
   SKIP_WITHOUT_GPU();
-  for (const char* f : {"int4", "fp8"}) {
+  for (const char* f : {"int4", "fp8", "int8"}) {
     for (DType src : {DType::F32, DType::BF16, DType::F16}) {
       Packed p = make_packed(f, 53, 392, 3, src);
       std::vector<double> o(p.orig.begin(), p.orig.end());
       const double e = rel(p.dec, o);
-      // int4 RTN of uniform values: step max/8 -> ~6% rms; e4m3: 3 mantissa bits -> ~2-3%.
-      EXPECT_LE(e, std::string(f) == "int4" ? 0.09 : 0.04) << f << " from " << dtype_name(src);
+      // int4 RTN of uniform values: step max/8 -> ~6% rms; e4m3: 3 mantissa bits -> ~2-3%;
+      // int8: error uniform in +-max/254, rms max/127/sqrt(12), over the rms max/sqrt(3) of
+      // uniform values = 1/254 ~ 0.39% (bound 0.5%).
+      const std::string fs = f;
+      EXPECT_LE(e, fs == "int4" ? 0.09 : fs == "int8" ? 0.005 : 0.04) << f << " from " << dtype_name(src);
       EXPECT_GT(e, 1e-3) << f << ": suspiciously exact";
     }
+  }
+}
+
+// The packed int8 bytes and scales equal a host quantizer of qgemv.cuh's definition bit for bit:
+// scale = max |row| / 127 (1 for a zero row), q = w * (1 / scale) rounded to nearest even in
+// [-127, 127], rows zero padded to k_pad. Rows of max 127 (scale 1) put exact ties on the rounding.
+TEST(CudaQuant, Int8BytesEqualHostQuantizer) {
+  SKIP_WITHOUT_GPU();
+  const int64_t m = 37, k = 200;  // k_pad 256
+  const size_t k_pad = cuda::qweight_row_bytes(cuda::QFormat::Int8, k);
+  ASSERT_EQ(k_pad, 256u);
+  const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -126.5f, 126.5f};
+  const int expect_ties[] = {127, 2, -4, 0, 0, 2, -126, 126};  // round half to even
+  for (DType src : {DType::F32, DType::BF16, DType::F16}) {
+    std::vector<float> w = random_floats(static_cast<size_t>(m * k), 31);
+    for (int64_t r = 0; r < m; ++r)  // rows of magnitudes 2^-9 .. 2^9
+      for (int64_t c = 0; c < k; ++c) w[static_cast<size_t>(r * k + c)] *= std::ldexp(1.0f, static_cast<int>(r % 19) - 9);
+    for (int64_t c = 0; c < k; ++c) w[static_cast<size_t>(c)] = 0.0f;  // row 0: zero
+    for (int64_t c = 0; c < k; ++c) w[static_cast<size_t>(k + c)] = ties[c % 8] * (c % 16 < 8 ? 1.0f : -1.0f);
+    for (auto& v : w) v = cuda_test::round_to(src, v);
+    const std::vector<uint8_t> raw = cuda_test::encode(src, w);
+    CudaStep* cs = cuda_step(*backend());
+    ASSERT_TRUE(cs->set_weight_format("int8").is_ok());
+    auto t = backend()->prepare_weight(make_tensor(const_cast<uint8_t*>(raw.data()), src, {m, k}));
+    ASSERT_TRUE(cs->set_weight_format("auto").is_ok());
+    ASSERT_TRUE(t.is_ok()) << t.message();
+    ASSERT_EQ(t->dtype, DType::Q8_0);
+    std::vector<uint8_t> bytes(cuda::qweight_bytes(cuda::QFormat::Int8, m, k));
+    backend()->download(bytes.data(), t->data, bytes.size());
+    const size_t soff = cuda::qweight_scales_offset(cuda::QFormat::Int8, m, k);
+    int bad_q = 0, bad_scale = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      float mx = 0.0f;
+      for (int64_t c = 0; c < k; ++c) mx = std::max(mx, std::fabs(w[static_cast<size_t>(r * k + c)]));
+      const float scale = mx > 0.0f ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
+      float got_scale;
+      std::memcpy(&got_scale, &bytes[soff + static_cast<size_t>(r) * 4], 4);
+      if (std::memcmp(&got_scale, &scale, 4) != 0 && bad_scale++ < 3)
+        ADD_FAILURE() << dtype_name(src) << " row " << r << ": scale " << got_scale << ", host " << scale;
+      for (size_t c = 0; c < k_pad; ++c) {
+        const float v = c < static_cast<size_t>(k) ? w[static_cast<size_t>(r * k) + c] * inv : 0.0f;
+        const int q = std::clamp(static_cast<int>(std::nearbyint(v)), -127, 127);
+        const int got = static_cast<int8_t>(bytes[static_cast<size_t>(r) * k_pad + c]);
+        if (got != q && bad_q++ < 5)
+          ADD_FAILURE() << dtype_name(src) << " row " << r << " col " << c << ": q " << got << ", host " << q
+                        << " (w * inv = " << v << ")";
+        EXPECT_NE(got, -128) << "row " << r << " col " << c;
+      }
+    }
+    EXPECT_EQ(bad_q, 0) << dtype_name(src) << ": int8 values differing from the host quantizer";
+    EXPECT_EQ(bad_scale, 0) << dtype_name(src) << ": row scales differing from the host quantizer";
+    for (int64_t c = 0; c < 16; ++c)  // the ties row, independently of the host quantizer above
+      EXPECT_EQ(static_cast<int8_t>(bytes[static_cast<size_t>(k_pad) + c]), expect_ties[c % 8] * (c % 16 < 8 ? 1 : -1))
+          << dtype_name(src) << " tie " << w[static_cast<size_t>(k + c)];
   }
 }
 
@@ -127,7 +193,7 @@ TEST(CudaQuant, MatmulGemvAndLargeBatch) {
   const Case cases[] = {{37, 200, 1, false},  {130, 264, 3, true},  {16, 64, 8, false},  {301, 1032, 5, false},
                         {4100, 520, 2, true}, {77, 136, 13, false}, {260, 392, 40, true}, {48, 4104, 1, false}};
   uint32_t seed = 100;
-  for (const char* f : {"int4", "fp8"}) {
+  for (const char* f : {"int4", "fp8", "int8"}) {
     for (const Case& c : cases) {
       Packed p = make_packed(f, c.m, c.k, seed++);
       const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++);
@@ -137,21 +203,172 @@ TEST(CudaQuant, MatmulGemvAndLargeBatch) {
       auto out = dev_tensor(DType::F32, {c.n, c.m});
       backend()->matmul(x.t, p.t, c.bias ? &bias.t : nullptr, out.t);
       const auto got = download_floats(out.t);
-      const auto ref = reference(xs, p.dec, c.bias ? bs.data() : nullptr, c.n, c.m, c.k, true);
-      // GEMV and int4 GEMM: BF16 x (and BF16 dequantized weights above 8 rows); the FP8 GEMM
-      // quantizes x to e4m3 per row (3 mantissa bits).
-      const bool fp8_gemm = std::string(f) == "fp8" && c.n > cuda::kQGemvMaxBatch;
+      const bool gemv = c.n <= cuda::kQGemvMaxBatch;
+      const auto ref = reference(xs, p.dec, c.bias ? bs.data() : nullptr, c.n, c.m, c.k, true,
+                                 gemv ? gemv_x(f) : DType::BF16);
+      // GEMV: BF16 x (int8: F16); int4 / int8 GEMM: BF16 x and BF16 dequantized weights above 8
+      // rows; the FP8 GEMM quantizes x to e4m3 per row (3 mantissa bits).
+      const bool fp8_gemm = std::string(f) == "fp8" && !gemv;
       const double e = rel(got, ref);
-      // The GEMV is exact but for F32 summation; the int4 GEMM rounds dequantized weights to BF16.
-      EXPECT_LE(e, c.n <= cuda::kQGemvMaxBatch ? 1e-4 : fp8_gemm ? 6e-2 : 8e-3) << f << " m " << c.m << " k " << c.k << " n " << c.n;
+      // The GEMV is exact but for F32 summation; the int4 / int8 GEMM rounds dequantized weights
+      // to BF16 (relative error <= 2^-9 each, ~1e-3 on the products).
+      EXPECT_LE(e, gemv ? 1e-4 : fp8_gemm ? 6e-2 : 8e-3) << f << " m " << c.m << " k " << c.k << " n " << c.n;
     }
+  }
+}
+
+// x as the FP8 GEMM sees it: each row scaled by max|x| / 448 and rounded to e4m3 (the CPU
+// codec's rounding), times the scale again.
+std::vector<float> fp8_rows(const std::vector<float>& x, int64_t n, int64_t k) {
+  std::vector<float> q(x.size());
+  for (int64_t j = 0; j < n; ++j) {
+    float mx = 0.0f;
+    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(x[static_cast<size_t>(j * k + i)]));
+    const float scale = mx > 0.0f ? mx / 448.0f : 1.0f, inv = 1.0f / scale;
+    for (int64_t i = 0; i < k; ++i) {
+      const size_t at = static_cast<size_t>(j * k + i);
+      q[at] = quant::fp8_e4m3_to_f32(quant::f32_to_fp8_e4m3(x[at] * inv)) * scale;
+    }
+  }
+  return q;
+}
+
+// The FP8 GEMM of batches past the GEMV against a reference on the same e4m3 x: what is left
+// is accumulation rounding, so a wrong row or channel scale (inside cuBLASLt or in the kernel
+// after it, EMBER_CUDA_FP8_OUTER=0) cannot hide in the e4m3 rounding of x. Widths take every
+// quantization kernel (<= 4096, <= 8192, <= 16384 and wider).
+TEST(CudaQuant, Fp8GemmScalesExact) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t m, k;
+    int n;
+    bool bias;
+  };
+  const Case cases[] = {{36, 264, 9, false}, {132, 392, 40, true}, {64, 4104, 17, false},
+                        {20, 8200, 11, false}, {12, 16400, 10, true}, {44, 104, 33, false}};
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    Packed p = make_packed("fp8", c.m, c.k, seed++);
+    auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++);
+    for (int64_t i = 0; i < c.k; ++i) xs[static_cast<size_t>(i)] *= 40.0f;  // rows of very different scales
+    const auto bs = random_floats(static_cast<size_t>(c.m), seed++);
+    auto x = dev_floats(xs, {c.n, c.k});
+    auto bias = dev_floats(bs, {c.m});
+    auto out = dev_tensor(DType::F32, {c.n, c.m});
+    backend()->matmul(x.t, p.t, c.bias ? &bias.t : nullptr, out.t);
+    const auto ref = reference(fp8_rows(xs, c.n, c.k), p.dec, c.bias ? bs.data() : nullptr, c.n, c.m, c.k, false);
+    // Hopper's FP8 tensor cores keep fewer than 23 accumulator bits between promotions: 1-2e-4
+    // measured on an H200; a wrong scale is an O(1) error.
+    const double e = rel(download_floats(out.t), ref);
+    std::printf("fp8 GEMM m %lld k %lld n %d: rel. error %.2e vs e4m3 x\n", static_cast<long long>(c.m),
+                static_cast<long long>(c.k), c.n, e);
+    EXPECT_LE(e, 1e-3) << "m " << c.m << " k " << c.k << " n " << c.n;
+  }
+}
+
+// matmul_many over packed FP8 matrices past the GEMV quantizes x once for all of them: the
+// same bits as one matmul each; a list with a BF16 matrix in it takes the plain loop.
+TEST(CudaQuant, MatmulManySharesFp8Rows) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 392;
+  for (int n : {3, 24}) {
+    Packed q = make_packed("fp8", 72, k, 11), kk = make_packed("fp8", 24, k, 12), v = make_packed("fp8", 24, k, 13);
+    const auto xs = random_floats(static_cast<size_t>(n * k), 14);
+    const auto bs = random_floats(72, 15);
+    auto x = dev_floats(xs, {n, k});
+    auto bias = dev_floats(bs, {72});
+    auto oq = dev_tensor(DType::F32, {n, 72}), ok = dev_tensor(DType::F32, {n, 24}), ov = dev_tensor(DType::F32, {n, 24});
+    const MatmulTarget targets[] = {{&q.t, &bias.t, &oq.t}, {&kk.t, nullptr, &ok.t}, {&v.t, nullptr, &ov.t}};
+    backend()->matmul_many(x.t, targets);
+    const auto gq = download_floats(oq.t), gk = download_floats(ok.t), gv = download_floats(ov.t);
+    backend()->matmul(x.t, q.t, &bias.t, oq.t);
+    backend()->matmul(x.t, kk.t, nullptr, ok.t);
+    backend()->matmul(x.t, v.t, nullptr, ov.t);
+    EXPECT_EQ(gq, download_floats(oq.t)) << "n " << n;
+    EXPECT_EQ(gk, download_floats(ok.t)) << "n " << n;
+    EXPECT_EQ(gv, download_floats(ov.t)) << "n " << n;
+    EXPECT_LE(rel(gq, reference(xs, q.dec, bs.data(), n, 72, k, true)), n > cuda::kQGemvMaxBatch ? 6e-2 : 1e-4);
+  }
+  // One BF16 matrix among FP8 ones.
+  const int n = 24;
+  Packed q = make_packed("fp8", 40, k, 21);
+  const auto ws = random_floats(static_cast<size_t>(40 * k), 22);
+  const auto raw = cuda_test::encode(DType::F32, ws);
+  auto wb = backend()->prepare_weight(make_tensor(const_cast<uint8_t*>(raw.data()), DType::F32, {40, k}));
+  ASSERT_TRUE(wb.is_ok()) << wb.message();
+  const auto xs = random_floats(static_cast<size_t>(n * k), 23);
+  auto x = dev_floats(xs, {n, k});
+  auto o1 = dev_tensor(DType::F32, {n, 40}), o2 = dev_tensor(DType::F32, {n, 40});
+  const MatmulTarget mixed[] = {{&q.t, nullptr, &o1.t}, {&*wb, nullptr, &o2.t}};
+  backend()->matmul_many(x.t, mixed);
+  const auto g1 = download_floats(o1.t), g2 = download_floats(o2.t);
+  backend()->matmul(x.t, q.t, nullptr, o1.t);
+  backend()->matmul(x.t, *wb, nullptr, o2.t);
+  EXPECT_EQ(g1, download_floats(o1.t));
+  EXPECT_EQ(g2, download_floats(o2.t));
+}
+
+// (add +) RMSNorm and GLU of more rows than the GEMV takes, followed by FP8 GEMMs of their
+// output: the norm / GLU kernel writes the e4m3 rows itself. Everything (the residual sum,
+// the norm and GLU outputs, the GEMM results) must equal the unfused sequence bit for bit;
+// a synchronize() between the ops gives that sequence. Widths take the register kernels
+// (392, 4096, 14336) and ones that do not fit them (16392, 20000: the quantize kernel after).
+TEST(CudaQuant, NormAndGluWriteFp8Rows) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int n;
+    int64_t d, f;
+  };
+  for (const Case c : {Case{24, 392, 200}, Case{9, 4096, 14336}, Case{33, 1032, 16392}, Case{17, 20000, 264}}) {
+    const std::string where = "n " + std::to_string(c.n) + " d " + std::to_string(c.d) + " f " + std::to_string(c.f);
+    Packed q = make_packed("fp8", 40, c.d, 31), kk = make_packed("fp8", 24, c.d, 32);
+    Packed g = make_packed("fp8", c.f, c.d, 33), u = make_packed("fp8", c.f, c.d, 34), dn = make_packed("fp8", 48, c.f, 35);
+    const auto as = random_floats(static_cast<size_t>(c.n * c.d), 36), bs = random_floats(static_cast<size_t>(c.n * c.d), 37);
+    const auto ws = random_floats(static_cast<size_t>(c.d), 38);
+    auto w = dev_floats(ws, {c.d});
+    struct Out {
+      std::vector<float> sum, h, q, k, glu, down;
+    };
+    auto run = [&](bool split) {
+      auto a = dev_floats(as, {c.n, c.d});
+      auto b = dev_floats(bs, {c.n, c.d});
+      auto h = dev_tensor(DType::F32, {c.n, c.d});
+      auto oq = dev_tensor(DType::F32, {c.n, 40}), ok = dev_tensor(DType::F32, {c.n, 24});
+      auto og = dev_tensor(DType::F32, {c.n, c.f}), ou = dev_tensor(DType::F32, {c.n, c.f});
+      auto od = dev_tensor(DType::F32, {c.n, 48});
+      backend()->add(a.t, b.t, a.t);
+      backend()->rms_norm(a.t, w.t, 1e-5f, h.t);
+      if (split) backend()->synchronize();
+      const MatmulTarget qk[] = {{&q.t, nullptr, &oq.t}, {&kk.t, nullptr, &ok.t}};
+      backend()->matmul_many(h.t, qk);
+      backend()->rms_norm(a.t, w.t, 1e-5f, h.t);  // plain norm (no add before it)
+      if (split) backend()->synchronize();
+      const MatmulTarget gu[] = {{&g.t, nullptr, &og.t}, {&u.t, nullptr, &ou.t}};
+      backend()->matmul_many(h.t, gu);
+      backend()->glu(og.t, ou.t, false, og.t);
+      if (split) backend()->synchronize();
+      backend()->matmul(og.t, dn.t, nullptr, od.t);
+      return Out{download_floats(a.t), download_floats(h.t), download_floats(oq.t), download_floats(ok.t),
+                 download_floats(og.t), download_floats(od.t)};
+    };
+    const Out fused = run(false), plain = run(true);
+    EXPECT_EQ(fused.sum, plain.sum) << where;
+    EXPECT_EQ(fused.h, plain.h) << where;
+    EXPECT_EQ(fused.q, plain.q) << where;
+    EXPECT_EQ(fused.k, plain.k) << where;
+    EXPECT_EQ(fused.glu, plain.glu) << where;
+    EXPECT_EQ(fused.down, plain.down) << where;
+    // And the chain is right, not only repeatable: the last GEMM against a reference on the
+    // downloaded GLU rows quantized as the GEMM sees them.
+    const auto ref = reference(fp8_rows(plain.glu, c.n, c.f), dn.dec, nullptr, c.n, 48, c.f, false);
+    EXPECT_LE(rel(fused.down, ref), 1e-3) << where;
   }
 }
 
 // q/k/v (three matrices, one launch) and gate/up + GLU (one launch) with packed weights.
 TEST(CudaQuant, FusedMultiAndGlu) {
   SKIP_WITHOUT_GPU();
-  for (const char* f : {"int4", "fp8"}) {
+  for (const char* f : {"int4", "fp8", "int8"}) {
     const int64_t k = 392, mq = 72, mk = 24, mf = 200;
     for (int n : {1, 4, 8}) {
       Packed q = make_packed(f, mq, k, 1), kk = make_packed(f, mk, k, 2), v = make_packed(f, mk, k, 3);
@@ -166,11 +383,12 @@ TEST(CudaQuant, FusedMultiAndGlu) {
       backend()->matmul(x.t, g.t, nullptr, og.t);
       backend()->matmul(x.t, u.t, nullptr, ou.t);
       backend()->glu(og.t, ou.t, false, og.t);
-      EXPECT_LE(rel(download_floats(oq.t), reference(xs, q.dec, nullptr, n, mq, k, true)), 8e-3) << f << " q";
-      EXPECT_LE(rel(download_floats(ok.t), reference(xs, kk.dec, nullptr, n, mk, k, true)), 8e-3) << f << " k";
-      EXPECT_LE(rel(download_floats(ov.t), reference(xs, v.dec, nullptr, n, mk, k, true)), 8e-3) << f << " v";
-      const auto rg = reference(xs, g.dec, nullptr, n, mf, k, true);
-      const auto ru = reference(xs, u.dec, nullptr, n, mf, k, true);
+      const DType xt = gemv_x(f);
+      EXPECT_LE(rel(download_floats(oq.t), reference(xs, q.dec, nullptr, n, mq, k, true, xt)), 8e-3) << f << " q";
+      EXPECT_LE(rel(download_floats(ok.t), reference(xs, kk.dec, nullptr, n, mk, k, true, xt)), 8e-3) << f << " k";
+      EXPECT_LE(rel(download_floats(ov.t), reference(xs, v.dec, nullptr, n, mk, k, true, xt)), 8e-3) << f << " v";
+      const auto rg = reference(xs, g.dec, nullptr, n, mf, k, true, xt);
+      const auto ru = reference(xs, u.dec, nullptr, n, mf, k, true, xt);
       std::vector<double> rglu(rg.size());
       for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
       EXPECT_LE(rel(download_floats(og.t), rglu), 1e-2) << f << " glu n " << n;
@@ -192,13 +410,13 @@ TEST(CudaQuant, GemvKernelsEachMatchReference) {
   const Case cases[] = {{9601, 136, 1}, {37, 200, 3}, {301, 1032, 8}, {4100, 4104, 2}, {16, 64, 5}, {1000, 10000, 8}};
   const cuda::QGemvPath paths[] = {cuda::QGemvPath::Staged, cuda::QGemvPath::Direct, cuda::QGemvPath::Auto};
   uint32_t seed = 500;
-  for (const char* f : {"int4", "fp8"}) {
-    const cuda::QFormat qf = std::string(f) == "int4" ? cuda::QFormat::Int4 : cuda::QFormat::Fp8;
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
     for (const Case& c : cases) {
       Packed p = make_packed(f, c.m, c.k, seed++);
       const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++, -2.0f, 1.5f);
       auto x = dev_floats(xs, {c.n, c.k});
-      const auto ref = reference(xs, p.dec, nullptr, c.n, c.m, c.k, true);
+      const auto ref = reference(xs, p.dec, nullptr, c.n, c.m, c.k, true, gemv_x(f));
       int ran_staged = 0;
       for (cuda::QGemvPath path : paths) {
         if (path == cuda::QGemvPath::Staged && !cuda::qgemv_staged_fits(qf, c.n, c.k)) continue;
@@ -223,8 +441,9 @@ TEST(CudaQuant, GemvKernelsEachMatchReference) {
 // q/k/v-style segments and gate/up + GLU through each kernel, with more tiles than resident blocks.
 TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   SKIP_WITHOUT_GPU();
-  for (const char* f : {"int4", "fp8"}) {
-    const cuda::QFormat qf = std::string(f) == "int4" ? cuda::QFormat::Int4 : cuda::QFormat::Fp8;
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    const DType xt = gemv_x(f);
     const int64_t k = 264, ms[3] = {5001, 3001, 77}, mf = 4500;
     Packed w[3] = {make_packed(f, ms[0], k, 41), make_packed(f, ms[1], k, 42), make_packed(f, ms[2], k, 43)};
     Packed g = make_packed(f, mf, k, 44), u = make_packed(f, mf, k, 45);
@@ -253,10 +472,10 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const int pi = static_cast<int>(path);
         for (int i = 0; i < 3; ++i)
-          EXPECT_LE(rel(download_floats(outs[i].t), reference(xs, w[i].dec, i == 1 ? bs.data() : nullptr, n, ms[i], k, true)), 1e-4)
+          EXPECT_LE(rel(download_floats(outs[i].t), reference(xs, w[i].dec, i == 1 ? bs.data() : nullptr, n, ms[i], k, true, xt)), 1e-4)
               << f << " path " << pi << " segment " << i << " n " << n;
-        const auto rg = reference(xs, g.dec, nullptr, n, mf, k, true);
-        const auto ru = reference(xs, u.dec, nullptr, n, mf, k, true);
+        const auto rg = reference(xs, g.dec, nullptr, n, mf, k, true, xt);
+        const auto ru = reference(xs, u.dec, nullptr, n, mf, k, true, xt);
         std::vector<double> rglu(rg.size());
         for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
         EXPECT_LE(rel(download_floats(og.t), rg), 1e-4) << f << " path " << pi << " gate n " << n;
@@ -269,7 +488,7 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
 
 TEST(CudaQuant, GetRowsOfPackedTable) {
   SKIP_WITHOUT_GPU();
-  for (const char* f : {"int4", "fp8"}) {
+  for (const char* f : {"int4", "fp8", "int8"}) {
     const int64_t vocab = 203, d = 136;
     Packed p = make_packed(f, vocab, d, 9);
     const std::vector<int32_t> ids = {5, 0, 202, 77, 5};

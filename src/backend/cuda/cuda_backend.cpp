@@ -82,6 +82,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->fuse_ = !(fuse && std::string(fuse) == "0");
   const char* fill = std::getenv("EMBER_CUDA_ATTN_FILL");
   be->attn_fill_ = !(fill && std::string(fill) == "0");
+  const char* outer = std::getenv("EMBER_CUDA_FP8_OUTER");
+  be->fp8_outer_ok_ = !(outer && std::string(outer) == "0");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
@@ -174,7 +176,7 @@ Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
   return Status::ok();
 }
 
-// Rows of a 2-D host matrix -> packed int4 / fp8 at dst, in chunks of whole 16-row tiles:
+// Rows of a 2-D host matrix -> packed int4 / fp8 / int8 at dst, in chunks of whole 16-row tiles:
 // plain types are copied as stored, quantized types dequantized to F32 on the host first.
 Status CudaBackend::upload_packed(const Tensor& host, QFormat f, void* dst) {
   const int64_t rows = host.n_rows(), cols = host.n_cols();
@@ -200,7 +202,8 @@ Status CudaBackend::set_weight_format(const std::string& name) {
   if (name == "auto" || name == "bf16" || name.empty()) weight_format_ = -1;
   else if (name == "int4") weight_format_ = static_cast<int>(QFormat::Int4);
   else if (name == "fp8" || name == "fp8_e4m3") weight_format_ = static_cast<int>(QFormat::Fp8);
-  else return Status::errorf("unknown weight format '{}' (auto, bf16, int4, fp8)", name);
+  else if (name == "int8") weight_format_ = static_cast<int>(QFormat::Int8);
+  else return Status::errorf("unknown weight format '{}' (auto, bf16, int4, fp8, int8)", name);
   return Status::ok();
 }
 
@@ -213,7 +216,7 @@ Result<Tensor> CudaBackend::prepare_weight(const Tensor& host) {
     return Status::errorf("cuda backend: rows of {} elements are not whole {} blocks", host.n_cols(),
                           dtype_name(host.dtype));
   if (weight_format_ >= 0 && host.n_dims == 2 && host.n_cols() % 8 == 0 && host.n_rows() > 0) {
-    // Weight-only int4 / fp8: quantized on the GPU from the (host-dequantized) rows.
+    // Weight-only int4 / fp8 / int8: quantized on the GPU from the (host-dequantized) rows.
     const auto f = static_cast<QFormat>(weight_format_);
     const size_t bytes = qweight_bytes(f, host.n_rows(), host.n_cols());
     void* p = nullptr;
@@ -226,7 +229,7 @@ Result<Tensor> CudaBackend::prepare_weight(const Tensor& host) {
     EMBER_RETURN_IF_ERROR(upload_packed(host, f, p));
     Tensor dst = host;
     dst.device = Device::CUDA;
-    dst.dtype = f == QFormat::Int4 ? DType::Q4_0 : DType::FP8_E4M3;
+    dst.dtype = f == QFormat::Int4 ? DType::Q4_0 : f == QFormat::Int8 ? DType::Q8_0 : DType::FP8_E4M3;
     dst.data = p;
     return dst;
   }
@@ -290,33 +293,58 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   const int64_t d = x.n_cols();
   EMBER_CHECK(w.numel() == d && out.numel() == x.numel(), "rms_norm: x {} w {} out {}",
               shape_string(x), shape_string(w), shape_string(out));
+  PendingNorm pn;
+  pn.x = x.as<float>();
   if (pa_.active && pa_.out == x.data && pa_.n == x.numel()) {
     // The residual add just before, and this norm of its sum: one kernel.
     pa_.active = false;
-    flush();
-    EMBER_CUDA_CHECK(launch_add_rms_norm(pa_.a, pa_.b, pa_.out, w.data, w.dtype, eps,
-                                         out.as<float>(), x.n_rows(), d, stream_, /*pdl=*/true));
-    return;
+    pn.x = pa_.a;
+    pn.b = pa_.b;
+    pn.sum = pa_.out;
   }
   flush();
-  EMBER_CUDA_CHECK(launch_rms_norm(x.as<float>(), w.data, w.dtype, eps, out.as<float>(),
-                                   x.n_rows(), d, stream_, /*pdl=*/true));
+  pn.w = w.data;
+  pn.w_type = w.dtype;
+  pn.eps = eps;
+  pn.out = out.as<float>();
+  pn.rows = x.n_rows();
+  pn.d = d;
+  // Rows past the GEMV wait for the next op: an FP8 GEMM of out quantizes it in this kernel.
+  pn.active = fuse_ && pn.rows > kQGemvMaxBatch;
+  if (pn.active) pn_ = pn;
+  else launch_norm(pn);
 }
 
-void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CudaBackend::launch_norm(const PendingNorm& pn) {
+  if (pn.b)
+    EMBER_CUDA_CHECK(launch_add_rms_norm(pn.x, pn.b, pn.sum, pn.w, pn.w_type, pn.eps, pn.out, pn.rows, pn.d, stream_,
+                                         /*pdl=*/true));
+  else
+    EMBER_CUDA_CHECK(launch_rms_norm(pn.x, pn.w, pn.w_type, pn.eps, pn.out, pn.rows, pn.d, stream_, /*pdl=*/true));
+}
+
+const float* CudaBackend::check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
   require(x, DType::F32, "matmul x");
   require(out, DType::F32, "matmul out");
   EMBER_CHECK(w.valid() && w.device == Device::CUDA, "matmul weight must be prepared for CUDA");
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   EMBER_CHECK(w.n_cols() == k && out.n_rows() == n && out.n_cols() == m,
               "matmul: x {} w {} out {}", shape_string(x), shape_string(w), shape_string(out));
-  const float* b = nullptr;
-  if (bias && bias->valid()) {
-    require(*bias, DType::F32, "matmul bias");
-    EMBER_CHECK(bias->numel() == m, "matmul: bias {} for {} outputs", shape_string(*bias), m);
-    b = bias->as<float>();
-  }
+  if (!bias || !bias->valid()) return nullptr;
+  require(*bias, DType::F32, "matmul bias");
+  EMBER_CHECK(bias->numel() == m, "matmul: bias {} for {} outputs", shape_string(*bias), m);
+  return bias->as<float>();
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const float* b = check_matmul(x, w, bias, out);
+  const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   if (n == 0 || m == 0) return;
+  if (k > 0 && fp8_large(x, w)) {
+    if (fp8_gemm(fp8_rows_of(x), w, b, out)) return;
+    flush();
+  }
+  if (pn_.active || pgl_.active) flush();  // before a GEMV joins x's producer
   if (k > 0 && try_defer_gemv(x, w, b, out)) return;
   flush();
   if (k == 0) {
@@ -358,30 +386,94 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
 }
 
-// Packed weights, batches past the GEMV: FP8 through cuBLASLt's FP8 GEMM (x quantized per
-// row, both scales applied in an epilogue); int4 (or FP8 when cuBLASLt declines) dequantized
-// to BF16 a slab of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns.
+// Several packed FP8 matrices of one x past the GEMV (q/k/v, gate/up): x is quantized once
+// for all of them.
+void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
+  bool shared = targets.size() > 1 && x.valid() && x.device == Device::CUDA && x.dtype == DType::F32;
+  for (const MatmulTarget& t : targets) shared = shared && fp8_large(x, *t.w);
+  if (!shared) {
+    Backend::matmul_many(x, targets);
+    return;
+  }
+  std::vector<const float*> biases;
+  for (const MatmulTarget& t : targets) biases.push_back(check_matmul(x, *t.w, t.bias, *t.out));
+  const Fp8Rows xq = fp8_rows_of(x);
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (!fp8_gemm(xq, *targets[i].w, biases[i], *targets[i].out))
+      matmul_packed_large(x, *targets[i].w, biases[i], *targets[i].out);
+}
+
+// Packed FP8 weights and more rows than the GEMV takes: cuBLASLt's FP8 GEMM on e4m3 rows of x.
+bool CudaBackend::fp8_large(const Tensor& x, const Tensor& w) const {
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  return fp8_lt_ok_ && is_packed(w) && w.dtype == DType::FP8_E4M3 && w.n_rows() % 4 == 0 && n > 0 && k > 0 &&
+         !(n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data));
+}
+
+// x [n, k] F32 -> e4m3 [n, k_pad] with one scale per row, in the xq_ scratch: written by the
+// pending RMSNorm or GLU that produces x (one kernel for both), else quantized from x after
+// what is pending has launched.
+CudaBackend::Fp8Rows CudaBackend::fp8_rows_of(const Tensor& x) {
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  const int64_t k_pad = qweight_k_pad(QFormat::Fp8, k);
+  const size_t xq_bytes = (static_cast<size_t>(n * k_pad) + 255) / 256 * 256;
+  auto* xq = static_cast<uint8_t*>(scratch(xq_, xq_bytes + static_cast<size_t>(n) * sizeof(float)));
+  auto* x_scale = reinterpret_cast<float*>(xq + xq_bytes);
+  const Fp8RowsOut fq{xq, x_scale, k_pad};
+  cudaError_t e = cudaErrorNotSupported;
+  if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
+    e = launch_rms_norm_fp8(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, pn_.out, n, k, fq, stream_, /*pdl=*/true);
+    if (e != cudaErrorNotSupported) pn_.active = false;
+  } else if (pgl_.active && pgl_.out == x.data && pgl_.rows == n && pgl_.cols == k) {
+    e = launch_glu_fp8(pgl_.gate, pgl_.up, pgl_.gelu_tanh, pgl_.out, n, k, fq, stream_, /*pdl=*/true);
+    if (e != cudaErrorNotSupported) pgl_.active = false;
+  }
+  if (e == cudaErrorNotSupported) {
+    flush();
+    e = launch_quantize_rows_fp8(x.as<float>(), n, k, k_pad, xq, x_scale, stream_);
+  }
+  EMBER_CUDA_CHECK(e);
+  return Fp8Rows{xq, x_scale, n, k_pad};
+}
+
+// out = (x @ w^T) scaled by x's row scales and w's channel scales (+ bias), through cuBLASLt's
+// FP8 GEMM: the scales inside it (outer-vector scaling) where cuBLASLt offers that, else in a
+// kernel after it. False when cuBLASLt has no FP8 GEMM at all (the caller dequantizes).
+bool CudaBackend::fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out) {
+  const int64_t n = xq.n, m = w.n_rows();
+  const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
+                                                       qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
+  if (fp8_outer_ok_) {
+    const Status st = lt_->matmul_fp8_scaled(xq.q, w.data, out.as<float>(), n, m, xq.k_pad, xq.scale, w_scale,
+                                             lt_ws_, kLtWorkspaceBytes, stream_);
+    if (st.is_ok()) {
+      if (bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), bias, n, m, stream_));
+      return true;
+    }
+    EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM with per-row scales ({}); scaling after the GEMM",
+                   st.message());
+    fp8_outer_ok_ = false;
+  }
+  const Status st = lt_->matmul(DType::FP8_E4M3, xq.q, w.data, out.as<float>(), n, m, xq.k_pad, lt_ws_,
+                                kLtWorkspaceBytes, stream_);
+  if (st.is_ok()) {
+    EMBER_CUDA_CHECK(launch_scale_rows_cols(out.as<float>(), n, m, m, xq.scale, w_scale, bias, stream_));
+    return true;
+  }
+  EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM ({}); FP8 weights take dequantized BF16 GEMMs", st.message());
+  fp8_lt_ok_ = false;
+  return false;
+}
+
+// Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,
+// fp8_gemm): int4 and int8 (or FP8 when cuBLASLt declines) dequantized to BF16 a slab
+// of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns. (int8 weights
+// with x quantized to int8 per row through an IMMA GEMM, reading the weights once, is future
+// work.)
 void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
   const QFormat f = qformat_of(w.dtype);
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
-  const int64_t k_pad = qweight_k_pad(f, k);
-  if (f == QFormat::Fp8 && fp8_lt_ok_ && m % 4 == 0) {
-    const size_t xq_bytes = (static_cast<size_t>(n * k_pad) + 255) / 256 * 256;
-    auto* xq = static_cast<uint8_t*>(scratch(xq_, xq_bytes + static_cast<size_t>(n) * sizeof(float)));
-    auto* x_scale = reinterpret_cast<float*>(xq + xq_bytes);
-    EMBER_CUDA_CHECK(launch_quantize_rows_fp8(x.as<float>(), n, k, k_pad, xq, x_scale, stream_));
-    const Status st = lt_->matmul(DType::FP8_E4M3, xq, w.data, out.as<float>(), n, m, k_pad, lt_ws_,
-                                  kLtWorkspaceBytes, stream_);
-    if (st.is_ok()) {
-      const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
-                                                           qweight_scales_offset(f, m, k));
-      EMBER_CUDA_CHECK(launch_scale_rows_cols(out.as<float>(), n, m, m, x_scale, w_scale, bias, stream_));
-      return;
-    }
-    EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM ({}); FP8 weights take dequantized BF16 GEMMs",
-                   st.message());
-    fp8_lt_ok_ = false;
-  }
+  flush();
   static const size_t kSlabBytes = [] {  // EMBER_CUDA_DEQUANT_SLAB_MB: slab size (experiments)
     const char* v = std::getenv("EMBER_CUDA_DEQUANT_SLAB_MB");
     return (v ? std::max<size_t>(1, std::strtoull(v, nullptr, 10)) : 64) << 20;
@@ -600,6 +692,11 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
     return;
   }
   flush();
+  if (fuse_ && gate.n_rows() > kQGemvMaxBatch && gate.n_dims == 2) {
+    // Waits for the next op: an FP8 GEMM of out quantizes it in this kernel.
+    pgl_ = PendingGlu{true, gate.as<float>(), up.as<float>(), gelu_tanh, out.as<float>(), gate.n_rows(), gate.n_cols()};
+    return;
+  }
   EMBER_CUDA_CHECK(launch_glu(gate.as<float>(), up.as<float>(), gelu_tanh, out.as<float>(),
                               gate.numel(), stream_, /*pdl=*/true));
 }

@@ -65,8 +65,9 @@ class CudaStep {
   virtual Result<GpuMemoryInfo> memory_info() = 0;
 
   // How prepare_weight stores the matrices it prepares from now on: "bf16" (or "auto", the
-  // default), "int4" (weight-only int4, group 128, bf16 scales, round-to-nearest at load) or
-  // "fp8" (e4m3, one f32 scale per output row). Vectors stay F32; see qgemv.cuh.
+  // default), "int4" (weight-only int4, group 128, bf16 scales, round-to-nearest at load),
+  // "fp8" (e4m3, one f32 scale per output row) or "int8" (symmetric, one f32 scale per output
+  // row). Vectors stay F32; see qgemv.cuh.
   virtual Status set_weight_format(const std::string& name) = 0;
 
   // Greedy tokens without downloading the logits: host_out[r] = the index of the largest

@@ -10,8 +10,11 @@
 //     (q/k/v; gate/up), and gate/up followed by glu(gate, up): one GEMV with the GLU epilogue;
 //   - add(a, b, out) followed by rms_norm(out, ...): one residual-add + norm kernel;
 //   - rope(q) followed by rope(k) with the same positions and parameters, and then
-//     kv_store(k, v): one launch that rotates q and k and writes the cache.
-// EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called).
+//     kv_store(k, v): one launch that rotates q and k and writes the cache;
+//   - (add +) rms_norm or glu of more rows than the GEMV takes, followed by FP8 GEMMs of their
+//     output: the norm / GLU kernel also writes the e4m3 rows the GEMMs read.
+// EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called). EMBER_CUDA_FP8_OUTER=0
+// applies the FP8 GEMM's row / channel scales in a kernel after it instead of inside it.
 // EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
 // launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
 // EMBER_CUDA_DECODE_SPLITS force a GEMV tiling / a decode split count (tuning experiments).
@@ -26,6 +29,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +52,7 @@ class CudaBackend final : public Backend, public CudaStep {
   void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override;
   void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override;
   void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) override;
   void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
@@ -101,7 +106,7 @@ class CudaBackend final : public Backend, public CudaStep {
   bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
   struct PendingGemv {
     int count = 0;
-    DType wtype = DType::BF16;  // BF16, or a packed format (Q4_0 = int4, FP8_E4M3)
+    DType wtype = DType::BF16;  // BF16, or a packed format (Q4_0 = int4, FP8_E4M3, Q8_0 = int8)
     const float* x = nullptr;
     int n = 0;
     int64_t k = 0;
@@ -131,14 +136,54 @@ class CudaBackend final : public Backend, public CudaStep {
     float factor = 1.0f;
   };
 
+  // rms_norm (b null) or add + rms_norm (sum = x + b) of more rows than the GEMV takes, and
+  // glu of such rows: launched by the next op, which may be an FP8 GEMM of their output that
+  // quantizes it in the same kernel (fp8_rows_of).
+  struct PendingNorm {
+    bool active = false;
+    const float* x = nullptr;
+    const float* b = nullptr;
+    float* sum = nullptr;
+    const void* w = nullptr;
+    DType w_type = DType::F32;
+    float eps = 0.0f;
+    float* out = nullptr;
+    int64_t rows = 0, d = 0;
+  };
+  struct PendingGlu {
+    bool active = false;
+    const float* gate = nullptr;
+    const float* up = nullptr;
+    bool gelu_tanh = false;
+    float* out = nullptr;
+    int64_t rows = 0, cols = 0;
+  };
+  void launch_norm(const PendingNorm& pn);
+
   Status upload_converted(const Tensor& host, Tensor& dst);
   Status upload_packed(const Tensor& host, QFormat f, void* dst);
-  // Packed int4 / fp8 weights (labelled Q4_0 / FP8_E4M3 on the device).
+  // Packed int4 / fp8 / int8 weights, labelled Q4_0 / FP8_E4M3 / Q8_0 on the device (the qgemv.cuh
+  // layout, not GGML blocks: GGUF Q4_0 / Q8_0 tensors are dequantized on the host at load, so a
+  // CUDA tensor of these dtypes is always packed, and only the ops here read it).
   static bool is_packed(const Tensor& w) {
-    return w.device == Device::CUDA && (w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3);
+    return w.device == Device::CUDA &&
+           (w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3 || w.dtype == DType::Q8_0);
   }
-  static QFormat qformat_of(DType t) { return t == DType::Q4_0 ? QFormat::Int4 : QFormat::Fp8; }
+  static QFormat qformat_of(DType t) {
+    return t == DType::Q4_0 ? QFormat::Int4 : t == DType::Q8_0 ? QFormat::Int8 : QFormat::Fp8;
+  }
   void matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
+  // The checks of matmul's arguments; returns the bias data (null: none).
+  const float* check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
+  // x quantized to e4m3 rows for the FP8 GEMM: q [n, k_pad], scale [n] (device, xq_ scratch).
+  struct Fp8Rows {
+    const uint8_t* q;
+    const float* scale;
+    int64_t n, k_pad;
+  };
+  bool fp8_large(const Tensor& x, const Tensor& w) const;
+  Fp8Rows fp8_rows_of(const Tensor& x);
+  bool fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out);
 
   int device_ = 0;
   int num_sms_ = 0;
@@ -149,6 +194,7 @@ class CudaBackend final : public Backend, public CudaStep {
   Scratch meta_, xconv_, attn_ws_, staging_, step_dev_, qdeq_, xq_;
   int weight_format_ = -1;  // -1 BF16, else a QFormat
   bool fp8_lt_ok_ = true;   // cuBLASLt took the FP8 GEMM (else dequantized BF16 GEMMs)
+  bool fp8_outer_ok_ = true;  // ... with the scales inside it (EMBER_CUDA_FP8_OUTER=0: never)
   std::vector<void*> weights_;  // device copies made by prepare_weight
   int32_t* iota_ = nullptr;     // [kIotaSize] 0, 1, 2, ... (sequence-id lists of whole batches)
   static constexpr int kIotaSize = 1 << 16;
@@ -196,6 +242,8 @@ class CudaBackend final : public Backend, public CudaStep {
   PendingGemv pg_;
   PendingAdd pa_;
   PendingRope pr_;
+  PendingNorm pn_;
+  PendingGlu pgl_;
 };
 
 }  // namespace ember::cuda

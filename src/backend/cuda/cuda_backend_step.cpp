@@ -153,6 +153,15 @@ void CudaBackend::flush() {
     pa_.active = false;
     EMBER_CUDA_CHECK(launch_add(pa_.a, pa_.b, pa_.out, pa_.n, stream_, /*pdl=*/true));
   }
+  if (pn_.active) {
+    pn_.active = false;
+    launch_norm(pn_);
+  }
+  if (pgl_.active) {
+    pgl_.active = false;
+    EMBER_CUDA_CHECK(launch_glu(pgl_.gate, pgl_.up, pgl_.gelu_tanh, pgl_.out, pgl_.rows * pgl_.cols, stream_,
+                                /*pdl=*/true));
+  }
   if (pr_.active) {
     pr_.active = false;
     EMBER_CUDA_CHECK(launch_rope2(pr_.x, pr_.n_heads, pr_.x2, pr_.n_heads2, pr_.positions,

@@ -4,6 +4,7 @@
 // launch them as programmatic dependents (their launch latency hides behind the GEMV drain).
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/fp8_rows.cuh"
 
 #include <algorithm>
 
@@ -105,9 +106,9 @@ __device__ __forceinline__ float4 load_w4<__nv_bfloat16>(const __nv_bfloat16* w,
   return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
 }
 
-template <typename W, int V, bool kAdd>
+template <typename W, int V, bool kAdd, bool kFp8>
 __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
-                                    const W* __restrict__ w, float eps, float* out, int64_t d) {
+                                    const W* __restrict__ w, float eps, float* out, int64_t d, Fp8RowsOut fq) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r0 = blockIdx.x * d;
@@ -138,9 +139,13 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
     const int i = threadIdx.x + j * blockDim.x;
     if (i < n4) {
       const float4 g = load_w4(w, i);
-      reinterpret_cast<float4*>(out + r0)[i] =
-          make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
+      v[j] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
+      reinterpret_cast<float4*>(out + r0)[i] = v[j];
     }
+  }
+  if constexpr (kFp8) {
+    __shared__ float s_max[32];
+    store_row_fp8(v, n4, blockIdx.x, fq, s_max);
   }
 }
 
@@ -148,21 +153,33 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // The register kernel when the row fits (d % 4 == 0, <= 4 float4 per thread of 1024) and every
 // pointer is aligned; returns cudaErrorNotSupported otherwise (the caller takes the loop kernel).
+// fq: also the e4m3 rows of out (null: none).
 template <typename W, bool kAdd>
 cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W* w, float eps,
-                            float* out, int64_t rows, int64_t d, cudaStream_t stream, bool pdl) {
+                            float* out, int64_t rows, int64_t d, cudaStream_t stream, bool pdl,
+                            const Fp8RowsOut* fq = nullptr) {
   const int64_t n4 = d / 4;
   if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || !aligned16(out) ||
       (kAdd && (!aligned16(b) || !aligned16(sum))) ||
-      reinterpret_cast<uintptr_t>(w) % (sizeof(W) * 4) != 0)
+      reinterpret_cast<uintptr_t>(w) % (sizeof(W) * 4) != 0 ||
+      (fq && (fq->k_pad % 4 != 0 || fq->k_pad < d || reinterpret_cast<uintptr_t>(fq->q) % 4 != 0)))
     return cudaErrorNotSupported;
   const int threads = static_cast<int>(std::min<int64_t>(1024, (n4 + 31) / 32 * 32));
   const int v = static_cast<int>((n4 + threads - 1) / threads);
   const dim3 grid(static_cast<unsigned>(rows)), block(threads);
+  const Fp8RowsOut q = fq ? *fq : Fp8RowsOut{};
+  auto go = [&](auto kernel) { return launch_kernel(kernel, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d, q); };
+  if (fq) {
+    switch (v) {
+      case 1: return go(rms_norm_reg_kernel<W, 1, kAdd, true>);
+      case 2: return go(rms_norm_reg_kernel<W, 2, kAdd, true>);
+      default: return go(rms_norm_reg_kernel<W, 4, kAdd, true>);
+    }
+  }
   switch (v) {
-    case 1: return launch_kernel(rms_norm_reg_kernel<W, 1, kAdd>, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d);
-    case 2: return launch_kernel(rms_norm_reg_kernel<W, 2, kAdd>, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d);
-    default: return launch_kernel(rms_norm_reg_kernel<W, 4, kAdd>, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d);
+    case 1: return go(rms_norm_reg_kernel<W, 1, kAdd, false>);
+    case 2: return go(rms_norm_reg_kernel<W, 2, kAdd, false>);
+    default: return go(rms_norm_reg_kernel<W, 4, kAdd, false>);
   }
 }
 
@@ -205,6 +222,41 @@ __global__ void glu_kernel(const float* gate, const float* up, bool gelu_tanh, f
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     out[i] = glu_act(gate[i], gelu_tanh) * up[i];
+}
+
+__device__ __forceinline__ float4 glu4(float4 g, float4 u, bool gelu_tanh) {
+  return make_float4(glu_act(g.x, gelu_tanh) * u.x, glu_act(g.y, gelu_tanh) * u.y, glu_act(g.z, gelu_tanh) * u.z,
+                     glu_act(g.w, gelu_tanh) * u.w);
+}
+
+// The same per element, four at a time (n % 4 == 0, aligned): memory-bound, so wide accesses.
+__global__ void glu4_kernel(const float4* gate, const float4* up, bool gelu_tanh, float4* out, int64_t n4) {
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n4; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = glu4(gate[i], up[i], gelu_tanh);
+}
+
+// One block of 256 threads a row: the GLU of the row kept in registers, written as F32 and as
+// e4m3 rows for the FP8 GEMM that reads it.
+template <int kVec>
+__global__ void __launch_bounds__(256) glu_fp8_kernel(const float* gate, const float* up, bool gelu_tanh, float* out,
+                                                      int64_t cols, Fp8RowsOut fq) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r0 = blockIdx.x * cols;
+  const int n4 = static_cast<int>(cols / 4);
+  float4 v[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int c = static_cast<int>(threadIdx.x) + j * 256;
+    if (c < n4) {
+      v[j] = glu4(reinterpret_cast<const float4*>(gate + r0)[c], reinterpret_cast<const float4*>(up + r0)[c], gelu_tanh);
+      reinterpret_cast<float4*>(out + r0)[c] = v[j];
+    }
+  }
+  __shared__ float s_max[32];
+  store_row_fp8(v, n4, blockIdx.x, fq, s_max);
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
@@ -327,6 +379,10 @@ cudaError_t launch_rope2(float* x1, int n_heads1, float* x2, int n_heads2,
 cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t n,
                        cudaStream_t stream, bool pdl) {
   if (n == 0) return cudaSuccess;
+  if (n % 4 == 0 && aligned16(gate) && aligned16(up) && aligned16(out))
+    return launch_kernel(glu4_kernel, dim3(grid_for(n / 4)), dim3(kThreads), 0, stream, pdl,
+                         reinterpret_cast<const float4*>(gate), reinterpret_cast<const float4*>(up), gelu_tanh,
+                         reinterpret_cast<float4*>(out), n / 4);
   return launch_kernel(glu_kernel, dim3(grid_for(n)), dim3(kThreads), 0, stream, pdl, gate, up,
                        gelu_tanh, out, n);
 }
@@ -381,6 +437,38 @@ cudaError_t launch_fill_random(DType type, void* dst, int64_t n, uint64_t seed, 
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm_fp8(const float* a, const float* b, float* sum, const void* w, DType w_type,
+                                float eps, float* out, int64_t rows, int64_t d, const Fp8RowsOut& fq,
+                                cudaStream_t stream, bool pdl) {
+  if (rows == 0) return cudaSuccess;
+  if (w_type != DType::F32 && w_type != DType::BF16) return cudaErrorInvalidValue;
+  if (b) {
+    return w_type == DType::F32
+               ? launch_norm_reg<float, true>(a, b, sum, static_cast<const float*>(w), eps, out, rows, d, stream, pdl, &fq)
+               : launch_norm_reg<__nv_bfloat16, true>(a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, rows,
+                                                      d, stream, pdl, &fq);
+  }
+  return w_type == DType::F32
+             ? launch_norm_reg<float, false>(a, nullptr, nullptr, static_cast<const float*>(w), eps, out, rows, d, stream,
+                                             pdl, &fq)
+             : launch_norm_reg<__nv_bfloat16, false>(a, nullptr, nullptr, static_cast<const __nv_bfloat16*>(w), eps, out,
+                                                     rows, d, stream, pdl, &fq);
+}
+
+cudaError_t launch_glu_fp8(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t rows,
+                           int64_t cols, const Fp8RowsOut& fq, cudaStream_t stream, bool pdl) {
+  if (rows == 0) return cudaSuccess;
+  if (cols % 4 != 0 || cols > 16 * 1024 || fq.k_pad % 4 != 0 || fq.k_pad < cols || !aligned16(gate) ||
+      !aligned16(up) || !aligned16(out) || (cols * 4) % 16 != 0 || reinterpret_cast<uintptr_t>(fq.q) % 4 != 0)
+    return cudaErrorNotSupported;
+  const dim3 grid(static_cast<unsigned>(rows)), block(256);
+  if (cols <= 4 * 1024)
+    return launch_kernel(glu_fp8_kernel<4>, grid, block, 0, stream, pdl, gate, up, gelu_tanh, out, cols, fq);
+  if (cols <= 8 * 1024)
+    return launch_kernel(glu_fp8_kernel<8>, grid, block, 0, stream, pdl, gate, up, gelu_tanh, out, cols, fq);
+  return launch_kernel(glu_fp8_kernel<16>, grid, block, 0, stream, pdl, gate, up, gelu_tanh, out, cols, fq);
 }
 
 }  // namespace ember::cuda

@@ -3,6 +3,7 @@
 // scale, bias. Plain C++ declarations so host code built by g++ can call them. Each returns
 // the launch's error (cudaGetLastError), which the caller checks. pdl: launch as a
 // programmatic dependent of the previous kernel (see device_util.cuh).
+#include "backend/cuda/qgemv.cuh"
 #include "core/dtype.h"
 
 #include <cuda_runtime.h>
@@ -26,6 +27,14 @@ cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, cons
                                 DType w_type, float eps, float* out, int64_t rows, int64_t d,
                                 cudaStream_t stream, bool pdl = false);
 
+// The RMSNorm above (b null) or the add + RMSNorm (b given), also writing out's rows as e4m3
+// with one scale per row to fq (the same bytes launch_quantize_rows_fp8 would make of out).
+// cudaErrorNotSupported when the row does not fit the register kernel (d % 4 != 0, d > 16384,
+// unaligned pointers): nothing is launched then.
+cudaError_t launch_rms_norm_fp8(const float* a, const float* b, float* sum, const void* w, DType w_type,
+                                float eps, float* out, int64_t rows, int64_t d, const Fp8RowsOut& fq,
+                                cudaStream_t stream, bool pdl = false);
+
 // Rotates x in place.   x [n, n_heads, head_dim] F32; positions [n] and inv_freq
 // [rotary_dim / 2] in device memory.
 cudaError_t launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n,
@@ -41,6 +50,12 @@ cudaError_t launch_rope2(float* x1, int n_heads1, float* x2, int n_heads2,
 // out = act(gate) * up, act silu or gelu-tanh.   all [n] F32; out may alias gate.
 cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t n,
                        cudaStream_t stream, bool pdl = false);
+
+// The GLU above on rows [rows, cols], also writing out's rows as e4m3 to fq (see
+// launch_rms_norm_fp8); cudaErrorNotSupported (nothing launched) when cols % 4 != 0,
+// cols > 16384 or a pointer is not 16-byte aligned.
+cudaError_t launch_glu_fp8(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t rows,
+                           int64_t cols, const Fp8RowsOut& fq, cudaStream_t stream, bool pdl = false);
 
 // out = a + b.   all [n] F32; out may alias a or b.
 cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream,

@@ -34,8 +34,10 @@ void LtGemm::destroy(Plan& p) {
 }
 
 Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes,
-                                   int64_t ldw, int64_t ldx, int64_t ldo) {
-  const Key key{static_cast<int>(type), n, m, k, ws_bytes, ldw, ldx, ldo};
+                                   int64_t ldw, int64_t ldx, int64_t ldo, const float* a_scale,
+                                   const float* b_scale) {
+  const bool outer_scales = a_scale != nullptr;
+  const Key key{static_cast<int>(type) | (outer_scales ? 1 << 16 : 0), n, m, k, ws_bytes, ldw, ldx, ldo};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
   // Column-major view of the row-major problem: D [m, n] = op(A) [m, k] * B [k, n], where
   // A is w stored as [k, m] (ld k) and transposed, B is x stored as [k, n] (ld k).
@@ -50,6 +52,15 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (outer_scales) {
+      // A is w (its M = m rows of out), B is x (N = n): w_scale [m] and x_scale [n].
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+      LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+      // The heuristic refuses vector scaling without the vectors (they are reset per call).
+      LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+      LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+    }
     LT_TRY(cublasLtMatrixLayoutCreate(&p.a, in, static_cast<uint64_t>(k), static_cast<uint64_t>(m), ldw));
     LT_TRY(cublasLtMatrixLayoutCreate(&p.b, in, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldx));
     LT_TRY(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), ldo));
@@ -81,10 +92,27 @@ Status LtGemm::matmul(DType type, const void* x, const void* w, float* out, int6
   if (n == 0 || m == 0) return Status::ok();
   EMBER_ASSIGN_OR_RETURN(Plan * p, plan(type, n, m, k, ws_bytes, ldw > 0 ? ldw : k, ldx > 0 ? ldx : k,
                                         ldo > 0 ? ldo : m));
+  return run(*p, x, w, out, workspace, ws_bytes, stream);
+}
+
+Status LtGemm::run(Plan& p, const void* x, const void* w, float* out, void* workspace, size_t ws_bytes,
+                   cudaStream_t stream) {
   const float alpha = 1.0f, beta = 0.0f;
-  LT_TRY(cublasLtMatmul(handle_, p->op, &alpha, w, p->a, x, p->b, &beta, out, p->d, out, p->d,
-                        &p->algo, workspace, ws_bytes, stream));
+  LT_TRY(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
+                        workspace, ws_bytes, stream));
   return Status::ok();
+}
+
+Status LtGemm::matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
+                                 const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
+                                 cudaStream_t stream) {
+  if (n == 0 || m == 0) return Status::ok();
+  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(DType::FP8_E4M3, n, m, k, ws_bytes, k, k, m, w_scale, x_scale));
+  // The scale vectors change with every weight and step: set on the plan's descriptor per call
+  // (one thread drives the backend's stream, so the cached descriptor is never shared).
+  LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
+  LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)));
+  return run(*p, x, w, out, workspace, ws_bytes, stream);
 }
 
 }  // namespace ember::cuda

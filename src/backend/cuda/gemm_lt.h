@@ -1,7 +1,9 @@
 #pragma once
 // Dense GEMM through cuBLASLt: out [n, m] F32 = x [n, k] @ w [m, k]^T, inputs BF16 (tensor
 // cores, F32 accumulation) or F32 (full F32, no TF32). Plans (layouts + the heuristic's
-// algorithm) are cached per shape, since a model issues a handful of shapes many times.
+// algorithm) are cached per shape, since a model issues a handful of shapes many times. (Timing
+// the heuristic's best eight per shape was tried: no faster at batched decode, and two
+// processes could pick different algorithms, so the same seed gave different tokens.)
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -28,6 +30,12 @@ class LtGemm {
   Status matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
                 int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw = 0,
                 int64_t ldx = 0, int64_t ldo = 0);
+  // FP8 e4m3 x [n, k] and w [m, k] with one scale per row of each, applied inside the GEMM by
+  // cuBLASLt's outer-vector scaling: out[j, r] = x_scale[j] * w_scale[r] * (x_j . w_r).
+  // An error when this cuBLASLt / GPU offers no such algorithm (the caller scales itself).
+  Status matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
+                           const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
+                           cudaStream_t stream);
 
  private:
   struct Plan {
@@ -38,8 +46,10 @@ class LtGemm {
   using Key = std::tuple<int, int64_t, int64_t, int64_t, size_t, int64_t, int64_t, int64_t>;
   LtGemm() = default;
   Result<Plan*> plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes, int64_t ldw,
-                     int64_t ldx, int64_t ldo);
+                     int64_t ldx, int64_t ldo, const float* a_scale = nullptr, const float* b_scale = nullptr);
   static void destroy(Plan& p);
+  Status run(Plan& p, const void* x, const void* w, float* out, void* workspace, size_t ws_bytes,
+             cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, Plan> plans_;

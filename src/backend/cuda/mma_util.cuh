@@ -60,4 +60,16 @@ __device__ __forceinline__ void mma_16816<__half>(float c[4], const uint32_t a[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two int8 weights of word w as an F16 pair, exactly (the packed int8 GEMVs): the bytes of
+// w ^ 0x80808080 are q + 128; prmt selector kSel puts two of them (its nibbles 0 and 2) under
+// 0x64 bytes (nibbles 1 and 3 are 4), i.e. F16 1024 + q + 128, and 1152 comes off (exact).
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t i8x2_to_f16x2(uint32_t w) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(w ^ 0x80808080u), "r"(0x64646464u), "n"(kSel));
+  const __half2 off = __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));
+  __half2 h = __hsub2(*reinterpret_cast<__half2*>(&d), off);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
 }  // namespace ember::cuda

@@ -1,23 +1,25 @@
-// Tensor-core GEMV for packed int4 / FP8 weights (layout in qgemv.cuh), batches of 1-8 rows: the
-// direct kernel (x read from global memory per unit) and the dispatch to the staged kernel
-// (qgemv_staged.cu), which the launchers below prefer when its shared memory fits.
+// Tensor-core GEMV for packed int4 / FP8 / int8 weights (layout in qgemv.cuh), batches of 1-8
+// rows: the direct kernel (x read from global memory per unit) and the dispatch to the staged
+// kernel (qgemv_staged.cu), which the launchers below prefer when its shared memory fits.
 //
 // One block of 8 warps owns a tile of 16 weight rows (in GLU mode the same 16 rows of the gate
 // and of the up matrix) and splits k among its warps: warp w takes the 16-byte-per-lane units
-// w, w + 8, w + 16, ... (a unit is 128 elements for int4 = one scale group, 64 for fp8), with
-// kStages units in flight. Each unit is dequantized in registers straight into mma.m16n8k16
-// A fragments (rows = weight rows, BF16) and multiplied with x as the B operand (columns =
-// batch rows, x rounded to BF16). Since a dot product may sum its k in any order, a lane's A
-// registers hold the elements its own 16-byte slice of the row happens to contain, and its B
-// registers take x at the same k: lane (g, t) = (lane / 4, lane % 4) reads rows g and g + 8 at
-// k = unit * U + t * U / 4 + [0, U / 4), and mma step s uses elements 4s..4s+3 of that slice
-// (logical k 2t, 2t+1 <- 4s, 4s+1; 2t+8, 2t+9 <- 4s+2, 4s+3).
+// w, w + 8, w + 16, ... (a unit is 128 elements for int4 = one scale group, 64 for fp8 and
+// int8), with kStages units in flight. Each unit is dequantized in registers straight into
+// mma.m16n8k16 A fragments (rows = weight rows, BF16; F16 for int8) and multiplied with x as
+// the B operand (columns = batch rows, x rounded to the same type). Since a dot product may sum
+// its k in any order, a lane's A registers hold the elements its own 16-byte slice of the row
+// happens to contain, and its B registers take x at the same k: lane (g, t) = (lane / 4,
+// lane % 4) reads rows g and g + 8 at k = unit * U + t * U / 4 + [0, U / 4), and mma step s
+// uses elements 4s..4s+3 of that slice (logical k 2t, 2t+1 <- 4s, 4s+1; 2t+8, 2t+9 <- 4s+2, 4s+3).
 //   int4: (w >> 4p) & 0x000f000f | 0x43004300 are two BF16 values 128 + nibble; minus 136
 //         gives q exactly; a unit's 8 mma steps accumulate from zero and the group scales of
 //         rows g and g + 8 multiply the F32 partial sums.
 //   fp8:  e4m3 bits (sign, 4-bit exponent, 3-bit mantissa) shifted into a BF16 (sign, 8, 7)
 //         are the value times 2^-120 (subnormals included); one bf16x2 multiply by 2^120
 //         restores it; the per-row scale multiplies the final sum.
+//   int8: bytes under 0x64 are F16 1152 + q, minus 1152 gives q exactly (i8x2_to_f16x2), F16
+//         mma with x as F16; the per-row scale multiplies the final sum, as for fp8.
 // The warps' partial sums meet in shared memory; the epilogue adds bias / applies the GLU.
 // Weights and scales are loaded before griddepcontrol.wait (programmatic dependent launch),
 // x after it.
@@ -65,12 +67,32 @@ template <>
 struct Fmt<QFormat::Int4> {
   static constexpr int kUnit = 128;  // elements per unit (a lane's 16 bytes cover kUnit / 4)
   static constexpr int kSteps = 8;   // mma k16 steps per unit
+  using T = __nv_bfloat16;           // mma operand type (x is rounded to it)
 };
 template <>
 struct Fmt<QFormat::Fp8> {
   static constexpr int kUnit = 64;
   static constexpr int kSteps = 4;
+  using T = __nv_bfloat16;
 };
+template <>
+struct Fmt<QFormat::Int8> {  // the fp8 path with F16 operands (1-byte weights, per-row scales)
+  static constexpr int kUnit = 64;
+  static constexpr int kSteps = 4;
+  using T = __half;
+};
+
+// Elements 0, 1 (pair_lo) / 2, 3 (pair_hi) of an fp8 / int8 word as an operand pair of Fmt<F>::T.
+template <QFormat F>
+__device__ __forceinline__ uint32_t pair_lo(uint32_t w) {
+  if constexpr (F == QFormat::Int8) return i8x2_to_f16x2<0x4140>(w);
+  else return fp8x2_to_bf16x2<0x1404>(w);
+}
+template <QFormat F>
+__device__ __forceinline__ uint32_t pair_hi(uint32_t w) {
+  if constexpr (F == QFormat::Int8) return i8x2_to_f16x2<0x4342>(w);
+  else return fp8x2_to_bf16x2<0x3424>(w);
+}
 
 // One weight stream of a warp: 16 bytes of rows g and g + 8 per unit (+ the int4 scales).
 struct Stage {
@@ -114,12 +136,13 @@ __device__ __forceinline__ void load_x(const float* x, int64_t k, int n, int uni
     const int64_t kk = k0 + 4 * s;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (g < n && kk < k) v = __ldg(reinterpret_cast<const float4*>(x + g * k + kk));
-    b[s][0] = pack2<__nv_bfloat16>(v.x, v.y);
-    b[s][1] = pack2<__nv_bfloat16>(v.z, v.w);
+    b[s][0] = pack2<typename Fmt<F>::T>(v.x, v.y);
+    b[s][1] = pack2<typename Fmt<F>::T>(v.z, v.w);
   }
 }
 
-// acc += this unit's products (int4: scaled by the group scales of rows g and g + 8).
+// acc += this unit's products (int4: scaled by the group scales of rows g and g + 8; fp8 and int8
+// unscaled).
 template <QFormat F>
 __device__ __forceinline__ void mma_unit(const Stage& st, const uint32_t (&b)[Fmt<F>::kSteps][2],
                                          float acc[4]) {
@@ -146,9 +169,8 @@ __device__ __forceinline__ void mma_unit(const Stage& st, const uint32_t (&b)[Fm
   } else {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      const uint32_t a[4] = {fp8x2_to_bf16x2<0x1404>(lo[s]), fp8x2_to_bf16x2<0x1404>(hi[s]),
-                             fp8x2_to_bf16x2<0x3424>(lo[s]), fp8x2_to_bf16x2<0x3424>(hi[s])};
-      mma_16816<__nv_bfloat16>(acc, a, b[s][0], b[s][1]);
+      const uint32_t a[4] = {pair_lo<F>(lo[s]), pair_lo<F>(hi[s]), pair_hi<F>(lo[s]), pair_hi<F>(hi[s])};
+      mma_16816<typename Fmt<F>::T>(acc, a, b[s][0], b[s][1]);
     }
   }
 }
@@ -240,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(const QArgs A) {
     float z = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) z += red[w][l][4 * s + v];
-    if constexpr (F == QFormat::Fp8) z *= static_cast<const float*>(s == 0 ? sc0 : A.scales[1])[row];
+    if constexpr (F != QFormat::Int4) z *= static_cast<const float*>(s == 0 ? sc0 : A.scales[1])[row];
     sum[s] = z;
   }
   const int64_t i = col * m + row;
@@ -258,6 +280,8 @@ cudaError_t launch(QFormat f, const QArgs& A, bool pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(A.n_tiles));
   if (f == QFormat::Int4)
     return launch_kernel(qgemv_kernel<QFormat::Int4, S>, grid, dim3(kWarps * 32), 0, stream, pdl, A);
+  if (f == QFormat::Int8)
+    return launch_kernel(qgemv_kernel<QFormat::Int8, S>, grid, dim3(kWarps * 32), 0, stream, pdl, A);
   return launch_kernel(qgemv_kernel<QFormat::Fp8, S>, grid, dim3(kWarps * 32), 0, stream, pdl, A);
 }
 

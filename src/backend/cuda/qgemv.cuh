@@ -1,6 +1,6 @@
 #pragma once
-// Weight-only quantized matrices on the GPU (int4 with group-128 scales, FP8 e4m3 with one
-// scale per output row): the packed layout, the load-time quantizers, dequantization (for
+// Weight-only quantized matrices on the GPU (int4 with group-128 scales, FP8 e4m3 and int8 with
+// one scale per output row): the packed layout, the load-time quantizers, dequantization (for
 // get_rows and the large-batch GEMM fallback) and the tensor-core GEMV for batches of 1-8.
 //
 // Layout of a packed [m, k] matrix (one allocation, plain C++ so host code can size it):
@@ -9,11 +9,13 @@
 //           elements 8i..8i+7 as nibbles: element 8i + 2p at bit 4p, 8i + 2p + 1 at bit 16 + 4p
 //           (p = 0..3), stored as q + 8 with q in [-8, 7]; the value is q * scale.
 //     fp8:  k_pad bytes a row, plain e4m3 (cuBLASLt reads them as they are).
+//     int8: k_pad bytes a row, two's complement q in [-127, 127]; the value is q * scale.
 //   then, at a 256-byte aligned offset, the scales:
 //     int4: bf16 [k_pad / 128][m] (group-major: the 16 rows of a GEMV tile share a sector);
-//     fp8:  f32 [m].
-// The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) with their logical shape
-// [m, k]; their bytes are this layout, not GGML's.
+//     fp8, int8: f32 [m].
+// The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) / Q8_0 (int8) with their
+// logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
+// backend reads them: is_packed / qformat_of in cuda_backend_impl.h).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -27,12 +29,12 @@ namespace ember::cuda {
 #define EMBER_QHD
 #endif
 
-enum class QFormat : int { Int4 = 0, Fp8 = 1 };
+enum class QFormat : int { Int4 = 0, Fp8 = 1, Int8 = 2 };
 
 constexpr int kQGroup = 128;       // int4 group size (elements sharing one scale)
 constexpr int kQGemvMaxBatch = 8;  // rows of x the tensor-core GEMV takes (one n8 mma tile)
 
-// Elements a row is padded to: a GEMV warp step covers 128 (int4) / 64 (fp8) elements.
+// Elements a row is padded to: a GEMV warp step covers 128 (int4) / 64 (fp8, int8) elements.
 EMBER_QHD inline int64_t qformat_unit(QFormat f) { return f == QFormat::Int4 ? 128 : 64; }
 EMBER_QHD inline int64_t qweight_k_pad(QFormat f, int64_t k) {
   const int64_t u = qformat_unit(f);
@@ -55,7 +57,8 @@ EMBER_QHD inline size_t qweight_bytes(QFormat f, int64_t m, int64_t k) {
 // Quantizes rows [r0, r0 + nr) of a matrix [m, k] from src (those rows, dense, F32 / F16 /
 // BF16 given by src_type: 0 F32, 1 F16, 2 BF16) into the packed matrix at dst (round to
 // nearest; int4: scale = the group's value of largest magnitude / -8, rounded to bf16 first;
-// fp8: scale = max |row| / 448).
+// fp8: scale = max |row| / 448; int8: scale = max |row| / 127, q = w * (1 / scale) rounded to
+// nearest even; a zero row gets scale 1).
 cudaError_t launch_qweight_pack(QFormat f, int src_type, const void* src, int64_t r0, int64_t nr,
                                 int64_t m, int64_t k, void* dst, cudaStream_t stream);
 
@@ -64,6 +67,15 @@ cudaError_t launch_qweight_pack(QFormat f, int src_type, const void* src, int64_
 cudaError_t launch_qweight_dequant(QFormat f, const void* w, int64_t m, int64_t k, const int32_t* ids,
                                    int64_t r0, int64_t n_rows, void* out, bool out_bf16, bool pdl,
                                    cudaStream_t stream);
+
+// Where e4m3 rows of activations go: q [rows, k_pad] (zero padded past the row), scale [rows]
+// (max |row| / 448): the x operand of the FP8 cuBLASLt GEMM, written by the row quantizer
+// below or by a kernel that produces x (RMSNorm, GLU) on its way out.
+struct Fp8RowsOut {
+  uint8_t* q = nullptr;
+  float* scale = nullptr;
+  int64_t k_pad = 0;
+};
 
 // x [n, k] F32 -> e4m3 [n, k_pad] (zero padded) with one scale per row (max |x| / 448) in
 // x_scale [n] (for the cuBLASLt FP8 GEMM of large batches).
@@ -88,7 +100,9 @@ bool qgemv_supported(int n, int64_t k, const void* x);
 // Which GEMV kernel runs: Staged (qgemv_staged.cu: x staged once per block as BF16 in shared
 // memory, persistent grid; needs qgemv_staged_fits), Direct (qgemv.cu: x read per unit), or
 // Auto: Staged when it fits, unless EMBER_CUDA_QGEMV=direct. Both compute the same function
-// (x rounded to BF16, exact weights, F32 sums).
+// (x rounded to BF16, F16 for int8; exact weights; F32 sums). int8 takes F16 because it holds
+// 1152 + q exactly (two instructions a weight pair, see i8x2_to_f16x2), which BF16 does not:
+// 11 bits of x instead of 8, but |x| > 65504 becomes inf (batches past 8 rows: BF16 x).
 enum class QGemvPath : int { Auto = 0, Staged = 1, Direct = 2 };
 
 // Up to kQGemvMaxSegs packed matrices of one format sharing x [n, k] F32, one launch.
@@ -114,7 +128,7 @@ struct QGemvProblem {
   int n = 0;
   int64_t k = 0;
   int64_t row_bytes = 0;
-  int n_units = 0;  // 64-byte row units (128 int4 / 64 fp8 elements)
+  int n_units = 0;  // 64-byte row units (128 int4 / 64 fp8 or int8 elements)
   float* glu_out = nullptr;
   float* gate_out = nullptr;
   float* up_out = nullptr;

@@ -1,9 +1,9 @@
-// Packed int4 / FP8 GEMV with x staged in shared memory (the "staged" path of qgemv.cuh), for
-// batches of 1-8 rows whose BF16 copy of x fits (qgemv_staged_fits).
+// Packed int4 / FP8 / int8 GEMV with x staged in shared memory (the "staged" path of qgemv.cuh),
+// for batches of 1-8 rows whose BF16 (int8: F16) copy of x fits (qgemv_staged_fits).
 //
 // Same work split as the direct kernel (qgemv.cu): a block of 8 warps owns a tile of 16 weight
 // rows (GLU: 16 rows of gate and of up), warp w takes the 64-byte units w, w + 8, ... of those
-// rows (a unit is 128 elements for int4 = one scale group, 64 for fp8), lane (g, t) =
+// rows (a unit is 128 elements for int4 = one scale group, 64 for fp8 / int8), lane (g, t) =
 // (lane / 4, lane % 4) reading 16 bytes of rows g and g + 8, dequantized in registers into
 // mma.m16n8k16 A fragments whose k order is the lane's own slice. What differs, to cut the
 // instructions per weight and keep more bytes in flight:
@@ -24,6 +24,9 @@
 //     The staged x of each 4 elements is ordered (0, 2, 1, 3) to match. (e4m3 subnormals,
 //     |w| < row max / 28672, become BF16 subnormals; the tests cannot tell whether the mma
 //     keeps or flushes them.)
+//   - int8: fp8's path with F16 operands: bytes 0 and 2 / 1 and 3 of a word under 0x64 are F16
+//     1152 + q, minus 1152 is q exactly (i8x2_to_f16x2); x staged as F16 (unscaled) in fp8's
+//     order; the row scale in the epilogue.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/qgemv.cuh"
@@ -31,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 namespace ember::cuda {
 
@@ -44,19 +48,6 @@ constexpr int stages() { return S == 1 ? 8 : 4; }
 constexpr size_t kRingBytes = size_t{kWarps} * 8 * 1024;
 constexpr int kZeroBytes = 256;                         // zero B fragments for batch rows >= n
 constexpr size_t kMaxSmem = kRingBytes + 64 * 1024;     // dynamic shared memory the staged path may take
-
-template <QFormat F>
-struct SFmt;
-template <>
-struct SFmt<QFormat::Int4> {
-  static constexpr int kUnit = 128;  // elements per unit
-  static constexpr int kXVec = 4;    // 16-byte B loads per lane and unit
-};
-template <>
-struct SFmt<QFormat::Fp8> {
-  static constexpr int kUnit = 64;
-  static constexpr int kXVec = 2;
-};
 
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
@@ -82,13 +73,19 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// mma.m16n8k16 BF16 -> F32 (not volatile: the compiler may schedule it).
-__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// mma.m16n8k16 of T (BF16 or F16) operands -> F32 (not volatile: the compiler may schedule it).
+template <typename T = __nv_bfloat16>
+__device__ __forceinline__ void mma_k16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // (w >> 4p) & 0x000f000f | 0x43004300 in one lop3 (written out: the compiler splits the two
@@ -106,6 +103,34 @@ __device__ __forceinline__ uint32_t fp8_p13(uint32_t w) {
   return ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u);
 }
 
+template <QFormat F>
+struct SFmt;
+template <>
+struct SFmt<QFormat::Int4> {
+  static constexpr int kUnit = 128;  // elements per unit
+  static constexpr int kXVec = 4;    // 16-byte B loads per lane and unit
+};
+template <>
+struct SFmt<QFormat::Fp8> {
+  static constexpr int kUnit = 64;
+  static constexpr int kXVec = 2;
+  using T = __nv_bfloat16;                                  // mma operands (x staged as T)
+  static constexpr float kXScale = 1152921504606846976.0f;    // x staged times 2^60 ...
+  static constexpr float kSumScale = 1152921504606846976.0f;  // ... so the sums (value * 2^-60) take 2^60
+  // Bytes 0, 2 (p02) and 1, 3 (p13) of a weight word as T pairs.
+  __device__ static uint32_t p02(uint32_t w) { return fp8_p02(w); }
+  __device__ static uint32_t p13(uint32_t w) { return fp8_p13(w); }
+};
+template <>
+struct SFmt<QFormat::Int8> {
+  static constexpr int kUnit = 64;
+  static constexpr int kXVec = 2;
+  using T = __half;
+  static constexpr float kXScale = 1.0f;
+  static constexpr float kSumScale = 1.0f;
+  __device__ static uint32_t p02(uint32_t w) { return i8x2_to_f16x2<0x4240>(w); }
+  __device__ static uint32_t p13(uint32_t w) { return i8x2_to_f16x2<0x4341>(w); }
+};
 
 // Load pointers of one tile: rows g and g + 8 (clamped to m - 1) of each stream.
 template <int S>
@@ -180,8 +205,8 @@ __device__ __forceinline__ void read_slot(const uint8_t* slot, int s, uint32_t (
   hi[0] = hv.x, hi[1] = hv.y, hi[2] = hv.z, hi[3] = hv.w;
 }
 
-// x [n, k] F32 -> BF16 in shared memory (see the file comment), the zero block, and for int4
-// the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
+// x [n, k] F32 -> BF16 (int8: F16) in shared memory (see the file comment), the zero block, and
+// for int4 the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
 template <QFormat F>
 __device__ void stage_x(const SArgs& A, uint8_t* smem) {
   constexpr int U = SFmt<F>::kUnit;
@@ -216,11 +241,12 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem) {
       if (ok && ci == 0) xsum[u * 8 + row] = sum;
       if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 4) * 64 + (ci / 4) * 16) = o;
     } else {
-      const float s = 1152921504606846976.0f;  // 2^60
-      o.x = pack2<__nv_bfloat16>(v0.x * s, v0.z * s);
-      o.y = pack2<__nv_bfloat16>(v0.y * s, v0.w * s);
-      o.z = pack2<__nv_bfloat16>(v1.x * s, v1.z * s);
-      o.w = pack2<__nv_bfloat16>(v1.y * s, v1.w * s);
+      using T = typename SFmt<F>::T;
+      const float s = SFmt<F>::kXScale;
+      o.x = pack2<T>(v0.x * s, v0.z * s);
+      o.y = pack2<T>(v0.y * s, v0.w * s);
+      o.z = pack2<T>(v1.x * s, v1.z * s);
+      o.w = pack2<T>(v1.y * s, v1.w * s);
       if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 2) * 64 + (ci / 2) * 16) = o;
     }
   }
@@ -249,9 +275,9 @@ __device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint32_t
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         // step 2i: pairs 0, 1 (elements 8i..8i+3); step 2i + 1: pairs 2, 3.
-        mma_bf16(pa, i4pair(lo[i], 0), i4pair(hi[i], 0), i4pair(lo[i], 1), i4pair(hi[i], 1), (&xb[i].x)[0],
+        mma_k16(pa, i4pair(lo[i], 0), i4pair(hi[i], 0), i4pair(lo[i], 1), i4pair(hi[i], 1), (&xb[i].x)[0],
                  (&xb[i].x)[1]);
-        mma_bf16(pb, i4pair(lo[i], 2), i4pair(hi[i], 2), i4pair(lo[i], 3), i4pair(hi[i], 3), (&xb[i].x)[2],
+        mma_k16(pb, i4pair(lo[i], 2), i4pair(hi[i], 2), i4pair(lo[i], 3), i4pair(hi[i], 3), (&xb[i].x)[2],
                  (&xb[i].x)[3]);
       }
       const float sl = bf16_lo(sc[s]), sh = bf16_hi(sc[s]);
@@ -268,7 +294,8 @@ __device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint32_t
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t* xr = &xb[i / 2].x + 2 * (i % 2);
-        mma_bf16(acc[s], fp8_p02(lo[i]), fp8_p02(hi[i]), fp8_p13(lo[i]), fp8_p13(hi[i]), xr[0], xr[1]);
+        mma_k16<typename SFmt<F>::T>(acc[s], SFmt<F>::p02(lo[i]), SFmt<F>::p02(hi[i]), SFmt<F>::p13(lo[i]),
+                                     SFmt<F>::p13(hi[i]), xr[0], xr[1]);
       }
     }
   }
@@ -365,8 +392,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
           float z = 0.0f;
 #pragma unroll
           for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
-          if constexpr (F == QFormat::Fp8)
-            z *= static_cast<const float*>(s == 0 ? sg.sc : A.scales[1])[row] * 1152921504606846976.0f;
+          if constexpr (F != QFormat::Int4)
+            z *= static_cast<const float*>(s == 0 ? sg.sc : A.scales[1])[row] * SFmt<F>::kSumScale;
           sum[s] = z;
         }
         const int64_t i = col * sg.m + row;
@@ -415,12 +442,13 @@ int resident_blocks(K kernel, size_t smem) {
 template <QFormat F, int S>
 cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
   // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for int4, 2 for fp8
-  // (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs 3416 with 2).
+  // (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs 3416 with 2) and
+  // int8 (fp8's unit shape; not measured).
   static const int pair_env = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV_PAIR");
     return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
   }();
-  const bool pair = pair_env < 0 ? F == QFormat::Fp8 : pair_env == 1;
+  const bool pair = pair_env < 0 ? F != QFormat::Int4 : pair_env == 1;
   auto kernel = pair ? qgemv_staged_kernel<F, S, 2> : qgemv_staged_kernel<F, S, 1>;
   const size_t smem = staged_smem(F, A.n, A.k);
   const int resident = resident_blocks(kernel, smem);
@@ -431,8 +459,9 @@ cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
 
 template <int S>
 cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
-  return f == QFormat::Int4 ? launch_typed<QFormat::Int4, S>(A, pdl, stream)
-                            : launch_typed<QFormat::Fp8, S>(A, pdl, stream);
+  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S>(A, pdl, stream);
+  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S>(A, pdl, stream);
+  return launch_typed<QFormat::Fp8, S>(A, pdl, stream);
 }
 
 }  // namespace

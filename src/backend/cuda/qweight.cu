@@ -1,7 +1,8 @@
-// Packed int4 / FP8 weights (layout in qgemv.cuh): load-time quantization on the GPU,
+// Packed int4 / FP8 / int8 weights (layout in qgemv.cuh): load-time quantization on the GPU,
 // dequantization to dense rows (get_rows, and the BF16 GEMM of large batches), and the
 // per-row FP8 quantization of activations with the scale epilogue of the FP8 cuBLASLt GEMM.
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/fp8_rows.cuh"
 #include "backend/cuda/qgemv.cuh"
 
 #include <cuda_fp8.h>
@@ -14,17 +15,6 @@ __device__ __forceinline__ float load_src(const void* src, int type, int64_t i) 
   if (type == 0) return static_cast<const float*>(src)[i];
   if (type == 1) return __half2float(static_cast<const __half*>(src)[i]);
   return __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
-}
-
-__device__ __forceinline__ float block_max(float v, float* s_tmp) {
-  v = warp_max(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) s_tmp[warp] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) r = fmaxf(r, s_tmp[w]);
-  __syncthreads();
-  return r;
 }
 
 // One warp per (row, group of 128): each lane quantizes 4 consecutive elements and the
@@ -74,22 +64,27 @@ __global__ void pack_int4_kernel(int src_type, const void* src, int64_t r0, int6
   }
 }
 
-// One block per row: max |row| -> scale, then the e4m3 bytes (zero padded to k_pad).
-__global__ void pack_fp8_kernel(int src_type, const void* src, int64_t r0, int64_t m, int64_t k,
+// One block per row: max |row| -> scale (fp8: / 448, int8: / 127), then the e4m3 (saturating) /
+// int8 (round to nearest even, [-127, 127]) bytes of value * (1 / scale), zero padded to k_pad.
+template <QFormat F>
+__global__ void pack_row_kernel(int src_type, const void* src, int64_t r0, int64_t m, int64_t k,
                                 int64_t k_pad, uint8_t* dst) {
   __shared__ float s_tmp[32];
   const int64_t r = blockIdx.x, row = r0 + r;
   float mx = 0.0f;
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) mx = fmaxf(mx, fabsf(load_src(src, src_type, r * k + i)));
   mx = block_max(mx, s_tmp);
-  const float scale = mx > 0.0f ? mx / 448.0f : 1.0f;
+  const float scale = mx > 0.0f ? mx / (F == QFormat::Int8 ? 127.0f : 448.0f) : 1.0f;
   const float inv = 1.0f / scale;
   if (threadIdx.x == 0)
-    reinterpret_cast<float*>(dst + qweight_scales_offset(QFormat::Fp8, m, k))[row] = scale;
-  auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst + row * k_pad);
+    reinterpret_cast<float*>(dst + qweight_scales_offset(F, m, k))[row] = scale;
+  uint8_t* out = dst + row * k_pad;
   for (int64_t i = threadIdx.x; i < k_pad; i += blockDim.x) {
     const float v = i < k ? load_src(src, src_type, r * k + i) * inv : 0.0f;
-    out[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    if constexpr (F == QFormat::Int8)
+      out[i] = static_cast<uint8_t>(static_cast<int8_t>(min(127, max(-127, __float2int_rn(v)))));
+    else
+      out[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
   }
 }
 
@@ -122,7 +117,10 @@ __global__ void dequant_kernel(QFormat f, const uint8_t* w, int64_t m, int64_t k
   } else {
     const float s = reinterpret_cast<const float*>(w + qweight_scales_offset(f, m, k))[row];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = fp8_to_float(rowp[c + j]) * s;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t b = rowp[c + j];
+      v[j] = (f == QFormat::Int8 ? static_cast<float>(static_cast<int8_t>(b)) : fp8_to_float(b)) * s;
+    }
   }
   if (out_bf16) {
     uint4 o;
@@ -151,6 +149,24 @@ __global__ void quantize_rows_fp8_kernel(const float* x, int64_t k, int64_t k_pa
     xq[r * k_pad + i] = __nv_cvt_float_to_fp8(i < k ? x[r * k + i] * inv : 0.0f, __NV_SATFINITE, __NV_E4M3);
 }
 
+// The same quantization with float4 loads kept in registers between the row maximum and the
+// conversion (one read of x): rows of k % 4 == 0 up to 1024 * kVec wide. Bit-identical to the
+// kernel above (same scale, same per-element rounding).
+template <int kVec>
+__global__ void __launch_bounds__(256) quantize_rows_fp8_vec_kernel(const float* x, int64_t k, Fp8RowsOut o) {
+  __shared__ float s_tmp[32];
+  const int64_t r = blockIdx.x;
+  const auto* xr = reinterpret_cast<const float4*>(x + r * k);
+  const int n4 = static_cast<int>(k / 4);
+  float4 v[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + i * 256;
+    if (c < n4) v[i] = xr[c];
+  }
+  store_row_fp8(v, n4, r, o, s_tmp);
+}
+
 __global__ void scale_rows_cols_kernel(float* out, int64_t n, int64_t m, int64_t ld, const float* x_scale,
                                        const float* w_scale, const float* bias) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -173,7 +189,10 @@ cudaError_t launch_qweight_pack(QFormat f, int src_type, const void* src, int64_
     const int64_t n_groups = qweight_k_pad(f, k) / kQGroup;
     pack_int4_kernel<<<blocks_for(nr * n_groups, 8), 256, 0, stream>>>(src_type, src, r0, nr, m, k, n_groups, d);
   } else {
-    pack_fp8_kernel<<<static_cast<unsigned>(nr), 256, 0, stream>>>(src_type, src, r0, m, k, qweight_k_pad(f, k), d);
+    const auto grid = static_cast<unsigned>(nr);
+    const int64_t k_pad = qweight_k_pad(f, k);
+    if (f == QFormat::Int8) pack_row_kernel<QFormat::Int8><<<grid, 256, 0, stream>>>(src_type, src, r0, m, k, k_pad, d);
+    else pack_row_kernel<QFormat::Fp8><<<grid, 256, 0, stream>>>(src_type, src, r0, m, k, k_pad, d);
   }
   return cudaGetLastError();
 }
@@ -190,7 +209,15 @@ cudaError_t launch_qweight_dequant(QFormat f, const void* w, int64_t m, int64_t 
 cudaError_t launch_quantize_rows_fp8(const float* x, int64_t n, int64_t k, int64_t k_pad, void* xq,
                                      float* x_scale, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  quantize_rows_fp8_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(x, k, k_pad, static_cast<uint8_t*>(xq), x_scale);
+  auto* q = static_cast<uint8_t*>(xq);
+  const bool vec = k % 4 == 0 && k_pad % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(q) % 4 == 0;
+  const auto grid = static_cast<unsigned>(n);
+  const Fp8RowsOut o{q, x_scale, k_pad};
+  if (vec && k <= 1024 * 4) quantize_rows_fp8_vec_kernel<4><<<grid, 256, 0, stream>>>(x, k, o);
+  else if (vec && k <= 1024 * 8) quantize_rows_fp8_vec_kernel<8><<<grid, 256, 0, stream>>>(x, k, o);
+  else if (vec && k <= 1024 * 16) quantize_rows_fp8_vec_kernel<16><<<grid, 256, 0, stream>>>(x, k, o);
+  else quantize_rows_fp8_kernel<<<grid, 256, 0, stream>>>(x, k, k_pad, q, x_scale);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call that checks a tree's CUDA work end to end on the lent H200 and measures it:
+# every CUDA test binary (backend ops, GPU sampling, whole model on the fixtures and a 2-layer
+# Llama-3-8B-shaped checkpoint), the decode-attention kernel bench (bf16 vs fp8 K/V), batch-1
+# decode of the random 8B for each weight format, and offline throughput (256 x 1000/1000).
+# Binaries built elsewhere: BIN_TAR (an .tar.xz of ember, test_cuda_backend, test_cuda_model,
+# test_cuda_sampling, bench_cuda_kernels); SETUP=1 unpacks the .deb files in DEB_DIR first
+# (see device-setup.sh). LOG_DIR (default $OUT) gets one log per part and summary.txt.
+#   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+debs=${DEB_DIR:-$root/.devdeps}
+source "$root/bench/cuda/device-setup.sh"
+bin=/tmp/ember-bin
+mkdir -p "$bin" && tar -xJf "$BIN_TAR" -C "$bin"
+logs=${LOG_DIR:-$OUT}
+model=/tmp/ember-llama3-8b
+mkdir -p "$logs"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+start=$(date +%s)
+note "$(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null)"
+python3 "$root/tools/make_cuda_bench_weights.py" "$model-2layers" --layers 2 >/dev/null 2>&1
+python3 "$root/tools/make_cuda_bench_weights.py" "$model" >/dev/null 2>&1 &
+wpid=$!
+tests() {  # binary timeout
+  EMBER_FIXTURES_DIR=$root/tests/fixtures EMBER_CUDA_TEST_MODEL=$model-2layers timeout "$2" "$bin/$1" >"$logs/$1.log" 2>&1
+  note "$1: rc=$? $(grep -c '^\[       OK \]' "$logs/$1.log") ok, $(grep -c '^\[  FAILED  \] [A-Z]' "$logs/$1.log") failed ($(( $(date +%s) - start )) s)"
+  grep -A6 "Failure" "$logs/$1.log" | head -24
+}
+tests test_cuda_backend 200
+tests test_cuda_sampling 150
+tests test_cuda_model 300
+timeout 120 "$bin/bench_cuda_kernels" decode >"$logs/kernels.log" 2>&1
+note "bench_cuda_kernels decode: rc=$?"
+grep -iE "decode-attn" "$logs/kernels.log" | head -20
+wait "$wpid"
+note "weights ready after $(( $(date +%s) - start )) s"
+for f in ${FORMATS:-bf16 int4 fp8 int8}; do
+  timeout 120 "$bin/ember" bench speed -m "$model" --device cuda --weight-format "$f" -r 2 -p 128 -n 256 >>"$logs/speed.log" 2>&1
+  note "bench speed -p 128 -n 256 --weight-format $f: rc=$? $(grep -E 'tg256' "$logs/speed.log" | tail -1 | tr -s ' ')"
+done
+for run in ${THROUGHPUT:-fp8:fp8_e4m3 auto:fp8_e4m3}; do
+  fmt=${run%%:*} kv=${run#*:}
+  timeout 150 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --kv-dtype "$kv" \
+    --num-requests 256 --concurrency 256 --input-len 1000 --output-len 1000 --max-num-seqs 256 \
+    --max-num-batched-tokens 8192 >>"$logs/throughput.log" 2>&1
+  note "throughput 256 x 1000/1000 weights $fmt kv $kv: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms|mean_ttft_ms) ' "$logs/throughput.log" | tail -3 | tr -s ' ' | tr '\n' ' ')"
+done
+echo "================ summary ($(( $(date +%s) - start )) s) ================"
+printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
