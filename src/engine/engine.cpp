@@ -187,7 +187,8 @@ std::vector<RequestOutput> LlmEngine::step() {
     return rows;
   };
 
-  // Otherwise, every row one the device sampler takes (all but top logprob alternatives):
+  // Otherwise, every row one the device sampler takes (all but requests for more than
+  // kDeviceMaxTopLogprobs top logprob alternatives, which validate() refuses anyway):
   // sample there; the uniform draws come from each request's random stream, as on the host,
   // and bias / penalties / min_tokens travel as per-token lists (Sampler::token_adjustments).
   bool device_sample_step = !argmax_step && executor_->can_execute_sample();
@@ -216,6 +217,13 @@ std::vector<RequestOutput> LlmEngine::step() {
       if (st.is_ok() && device_sampled_.size() != sample_specs_.size())
         st = Status::errorf("the executor returned {} sampled tokens, expected {}", device_sampled_.size(),
                             sample_specs_.size());
+      for (size_t i = 0; st.is_ok() && i < sample_specs_.size(); ++i) {
+        const DeviceSampleSpec& spec = sample_specs_[i];
+        const size_t want_top = spec.logprob ? std::min(static_cast<size_t>(spec.n_top), static_cast<size_t>(vocab_size_)) : 0;
+        if (device_sampled_[i].top.size() != want_top)
+          st = Status::errorf("the executor returned {} top logprobs for row {}, expected {}",
+                              device_sampled_[i].top.size(), i, want_top);
+      }
     } else if (st.is_ok() && argmax_step) {
       st = executor_->execute_argmax(so.batch, argmax_ids_);
       if (st.is_ok() && argmax_ids_.size() != so.batch.logit_rows.size())
@@ -249,7 +257,7 @@ std::vector<RequestOutput> LlmEngine::step() {
       sampled[i].token_id = device_sampled_[i].token_id;
       if (sample_specs_[i].logprob)
         sampled[i].logprobs = SampleLogprobs{device_sampled_[i].token_id, device_sampled_[i].logprob,
-                                             device_sampled_[i].rank, {}};
+                                             device_sampled_[i].rank, std::move(device_sampled_[i].top)};
     }
   } else if (argmax_step) {
     sampled.resize(so.samples.size());

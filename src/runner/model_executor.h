@@ -4,6 +4,7 @@
 // returns logits. Implemented by runner/ (a real model on a Backend) and by fakes in tests.
 #include "core/status.h"
 #include "model/forward_batch.h"
+#include "sample/logprobs.h"
 #include "sample/token_adjust.h"
 
 #include <cstddef>
@@ -14,8 +15,8 @@
 namespace ember {
 
 // One logit row sampled where the logits are (ModelExecutor::execute_sample): the host
-// Sampler's rules (sample/sampler.cpp) for requests without top logprob alternatives
-// (is_device_sampleable). u: the uniform draw in [0, 1) the host took from the request's random
+// Sampler's rules (sample/sampler.cpp) for requests with at most kDeviceMaxTopLogprobs top
+// logprob alternatives (is_device_sampleable). u: the uniform draw in [0, 1) the host took from the request's random
 // stream (greedy rows take none). adjust: the row's min_tokens suppression, logit_bias and
 // penalties as Sampler::token_adjustments lists them (sorted distinct ids in the vocabulary),
 // applied to the logits before the pick; a view the caller keeps alive through the call.
@@ -27,6 +28,7 @@ struct DeviceSampleSpec {
   float top_p = 1.0f;
   float min_p = 0.0f;
   bool logprob = false;  // the raw log-softmax of the token and its rank (before any adjustment)
+  int n_top = 0;         // with logprob: this many top alternatives, [0, kDeviceMaxTopLogprobs]
   double u = 0.0;
   float repetition_penalty = 1.0f;  // for adjust's kAdjustRepeat entries
   std::span<const TokenAdjust> adjust;
@@ -44,6 +46,7 @@ struct DeviceSampleSpec {
     s.top_p = p.top_p;
     s.min_p = p.min_p;
     s.logprob = p.logprobs.has_value();
+    s.n_top = p.logprobs && *p.logprobs > 0 ? *p.logprobs : 0;
     s.u = s.greedy ? 0.0 : u;
     s.repetition_penalty = p.repetition_penalty;
     return s;
@@ -54,6 +57,9 @@ struct DeviceSampled {
   int32_t token_id = 0;
   float logprob = 0.0f;
   int rank = 0;
+  // spec.n_top > 0: compute_logprobs(raw row, token_id, n_top).top (min(n_top, vocab) entries,
+  // most likely first, lower id first among ties); empty otherwise.
+  std::vector<TokenLogprob> top;
 };
 
 struct KvCacheConfig {
@@ -85,7 +91,7 @@ class ModelExecutor {
   }
   // Steps without the logits: execute_sample runs one step like execute and samples each
   // spec's row on the device; out[i] is rows[i]'s token (the host Sampler's pick for the same
-  // u; see DeviceSampleSpec).
+  // u; see DeviceSampleSpec), with its raw logprob, rank and top alternatives when asked.
   virtual bool can_execute_sample() const { return false; }
   virtual Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
                                 std::vector<DeviceSampled>& out) {

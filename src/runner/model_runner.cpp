@@ -297,7 +297,8 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
   out.clear();
   if (!logits->valid()) return rows.empty() ? Status::ok() : Status::error("execute_sample: no logit rows");
   static_assert(cuda::kSampleAdjSuppress == kAdjustSuppress && cuda::kSampleAdjBias == kAdjustBias &&
-                cuda::kSampleAdjRepeat == kAdjustRepeat && cuda::kSampleAdjSubtract == kAdjustSubtract);
+                cuda::kSampleAdjRepeat == kAdjustRepeat && cuda::kSampleAdjSubtract == kAdjustSubtract &&
+                cuda::kSampleMaxTop == kDeviceMaxTopLogprobs);
   std::vector<cuda::DeviceSampleRow> dev(rows.size());
   size_t n_adj = 0;
   for (const DeviceSampleSpec& s : rows) n_adj += s.adjust.size();
@@ -315,6 +316,9 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
     d.top_p = s.top_p;
     d.log_min_p = s.min_p > 0.0f ? std::log(s.min_p) : -INFINITY;
     d.want_logprob = s.logprob;
+    if (s.n_top < 0 || s.n_top > cuda::kSampleMaxTop)
+      return Status::errorf("execute_sample: {} top logprobs (at most {} on the device)", s.n_top, cuda::kSampleMaxTop);
+    d.n_top = s.logprob ? s.n_top : 0;
     d.u = s.u;
     d.repetition = s.repetition_penalty;
     d.adj_begin = static_cast<int32_t>(adj.size());
@@ -322,10 +326,22 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
     for (const TokenAdjust& a : s.adjust) adj.push_back({a.token, a.flags, a.bias, a.subtract});
   }
   std::vector<cuda::DeviceSampleOut> res;
+  std::vector<cuda::DeviceSampleTop> top;  // [rows, kSampleMaxTop] when some row has n_top > 0
   step_profile::Scope t("runner: sample + ids");
-  EMBER_RETURN_IF_ERROR(cuda_->sample_rows(*logits, dev, adj, res));  // the one sync
+  EMBER_RETURN_IF_ERROR(cuda_->sample_rows(*logits, dev, adj, res, top));  // the one sync
   out.resize(res.size());
-  for (size_t i = 0; i < res.size(); ++i) out[i] = {res[i].token, res[i].logprob, res[i].rank};
+  const int64_t vocab = logits->n_cols();
+  for (size_t i = 0; i < res.size(); ++i) {
+    out[i].token_id = res[i].token;
+    out[i].logprob = res[i].logprob;
+    out[i].rank = res[i].rank;
+    out[i].top.clear();
+    const int64_t k = std::min<int64_t>(dev[i].n_top, vocab);
+    for (int64_t j = 0; j < k; ++j) {
+      const cuda::DeviceSampleTop& e = top[i * cuda::kSampleMaxTop + static_cast<size_t>(j)];
+      out[i].top.push_back({e.token, e.logprob});
+    }
+  }
   return Status::ok();
 }
 

@@ -203,7 +203,7 @@ bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens) {
          n_output_tokens >= static_cast<size_t>(std::max(0, p.min_tokens));
 }
 
-bool is_device_sampleable(const SamplingParams& p) { return !p.logprobs || *p.logprobs == 0; }
+bool is_device_sampleable(const SamplingParams& p) { return !p.logprobs || *p.logprobs <= kDeviceMaxTopLogprobs; }
 
 SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top) {
   auto val = [&](size_t i) { return std::isnan(raw_logits[i]) ? kNegInf : raw_logits[i]; };

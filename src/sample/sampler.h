@@ -90,8 +90,9 @@ int32_t pick_adjusted(std::span<float> x, std::span<const float> raw_logits, con
 bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens);
 
 // Whether a device sampler (ModelExecutor::execute_sample) implements this request's pick:
-// everything but top logprob alternatives (temperature or greedy, top_k, top_p, min_p, a
-// logprob, and logit_bias / penalties / min_tokens through Sampler::token_adjustments).
+// temperature or greedy, top_k, top_p, min_p, a logprob with up to kDeviceMaxTopLogprobs top
+// alternatives, and logit_bias / penalties / min_tokens through Sampler::token_adjustments
+// (everything validate() accepts; more top alternatives stay on the host).
 bool is_device_sampleable(const SamplingParams& p);
 
 // Raw-distribution logprobs of `token` with the top `n_top` alternatives (most likely first,

@@ -535,7 +535,8 @@ TEST(CudaModel, Fp8KvMatchesCpuFp8Kv) {
 // min-p, and logit_bias / penalties / min_tokens through Sampler::token_adjustments lists over
 // a token history per row) equal the host Sampler's picks from the downloaded logits of a twin
 // runner with the same random stream, for a prompt batch (every row) and graph-replayed decode
-// steps.
+// steps; logprobs, ranks and top alternatives (logprobs = 3 on a penalized row) equal
+// compute_logprobs' over those logits.
 TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   SKIP_WITHOUT_GPU();
   const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
@@ -569,6 +570,7 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   params[4].presence_penalty = 0.5f;
   params[4].frequency_penalty = 0.4f;
   params[4].logit_bias = {{tok(rng), 3.0f}, {tok(rng), -100.0f}};
+  params[4].logprobs = 3;  // top alternatives: the raw model's, whatever the penalties
   params[5].temperature = 0.0f;
   params[5].repetition_penalty = 1.5f;
   params[5].logit_bias = {{tok(rng), 2.0f}};
@@ -585,6 +587,7 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   for (int i = 0; i < 64; ++i) host_rng.emplace_back(1000 + i), dev_rng.emplace_back(1000 + i);
   std::vector<float> logits;
   int mismatch = 0, total = 0, distinct = 0;
+  size_t n_top_checked = 0;
   auto compare = [&](int n_rows) {
     std::vector<SamplerRow> rows;
     std::vector<DeviceSampleSpec> specs;
@@ -611,8 +614,23 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
       mismatch += got[i].token_id != want[i].token_id;
       ++total;
       if (want[i].logprobs) {
-        EXPECT_NEAR(got[i].logprob, want[i].logprobs->logprob, 1e-4) << where << " row " << i;
-        EXPECT_EQ(got[i].rank, want[i].logprobs->rank) << where << " row " << i;
+        // The device token may differ (rarely) from the host's: compare logprobs for its own
+        // (the top list does not depend on the token).
+        const std::span<const float> raw(logits.data() + i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+        const SampleLogprobs lp = compute_logprobs(raw, got[i].token_id, specs[i].n_top);
+        EXPECT_NEAR(got[i].logprob, lp.logprob, 1e-4) << where << " row " << i;
+        EXPECT_EQ(got[i].rank, lp.rank) << where << " row " << i;
+        EXPECT_EQ(got[i].top.size(), lp.top.size()) << where << " row " << i << " (n_top " << specs[i].n_top << ")";
+        for (size_t j = 0; j < lp.top.size() && j < got[i].top.size(); ++j) {
+          EXPECT_EQ(got[i].top[j].token_id, lp.top[j].token_id)
+              << where << " row " << i << " alternative " << j << ": host logits of the device id "
+              << raw[static_cast<size_t>(std::clamp(got[i].top[j].token_id, 0, vocab - 1))] << ", of the host id "
+              << raw[static_cast<size_t>(lp.top[j].token_id)];
+          EXPECT_NEAR(got[i].top[j].logprob, lp.top[j].logprob, 1e-4) << where << " row " << i << " alternative " << j;
+        }
+        n_top_checked += got[i].top.size();
+      } else {
+        EXPECT_TRUE(got[i].top.empty()) << where << " row " << i;
       }
     }
     std::vector<int32_t> picks;
@@ -632,7 +650,9 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   EXPECT_LE(mismatch, 1) << mismatch << " of " << total << " device picks differ from the host Sampler's";
   EXPECT_GT(distinct, 0);
   EXPECT_GE(b->num_cuda_graphs(), 1u);
-  std::printf("device sampling vs host Sampler: %d of %d picks differ\n", mismatch, total);
+  EXPECT_GT(n_top_checked, 0u) << "no row with top logprob alternatives";
+  std::printf("device sampling vs host Sampler: %d of %d picks differ; %zu top alternatives equal compute_logprobs'\n",
+              mismatch, total, n_top_checked);
 }
 
 }  // namespace

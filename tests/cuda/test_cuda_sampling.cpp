@@ -7,7 +7,9 @@
 // 262,144 columns; logprobs and ranks vs compute_logprobs; the same launch twice gives the
 // same tokens. Rows with token adjustments (logit_bias, repetition / presence / frequency
 // penalties, min_tokens suppression; Sampler::token_adjustments builds the lists) against the
-// host Sampler's own adjust_row: 0 picks may differ for the same u, greedy rows included.
+// host Sampler's own adjust_row: 0 picks may differ for the same u, greedy rows included. Top
+// logprob alternatives (n 1, 5, 20; ties, NaN, -inf, vocab 7, adjusted rows) against
+// compute_logprobs' top list: ids exactly, in order.
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "sample/logits_processors.h"
@@ -21,6 +23,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <sstream>
 
 namespace ember::cuda_test {
 namespace {
@@ -90,12 +93,15 @@ struct HostDist {
   double prob(size_t i) const { return total > 0 ? (cum[i] - (i ? cum[i - 1] : 0.0)) / total : 0.0; }
 };
 
+// top: the launch's top-alternative slots ([rows, kSampleMaxTop], or empty), when wanted.
 std::vector<cuda::DeviceSampleOut> run_rows(const DevTensor& logits, const std::vector<cuda::DeviceSampleRow>& rows,
-                                            const std::vector<cuda::DeviceSampleAdj>& adj = {}) {
+                                            const std::vector<cuda::DeviceSampleAdj>& adj = {},
+                                            std::vector<cuda::DeviceSampleTop>* top = nullptr) {
   std::vector<cuda::DeviceSampleOut> out;
+  std::vector<cuda::DeviceSampleTop> top_slots;
   CudaStep* cs = cuda_step(*backend());
   EXPECT_NE(cs, nullptr);
-  const Status st = cs->sample_rows(logits.t, rows, adj, out);
+  const Status st = cs->sample_rows(logits.t, rows, adj, out, top ? *top : top_slots);
   EXPECT_TRUE(st.is_ok()) << st.message();
   return out;
 }
@@ -556,6 +562,152 @@ TEST(CudaSampling, AdjustedAndPlainRowsInOneLaunch) {
   std::printf("mixed launch: %d rows, %zu adjustments, %d picks differ from the host's\n", n, list.size(), mismatch);
 }
 
+// ---- Top logprob alternatives: compute_logprobs' top list (NaN as -inf, value descending,
+// id ascending among ties, min(n, vocab) entries) with its raw logprobs.
+
+std::string describe_top(std::span<const cuda::DeviceSampleTop> dev, const std::vector<TokenLogprob>& host) {
+  std::ostringstream s;
+  s << "device:";
+  for (const cuda::DeviceSampleTop& e : dev) s << " " << e.token << " (" << e.logprob << ")";
+  s << "\nhost:  ";
+  for (const TokenLogprob& e : host) s << " " << e.token_id << " (" << e.logprob << ")";
+  return s.str();
+}
+
+// Logprobs as the tests above compare them (1e-4), NaN where the host has NaN (a row without
+// a value above -inf), -inf where it has -inf.
+bool same_logprob(float dev, float host) {
+  return (std::isnan(dev) && std::isnan(host)) || dev == host || std::fabs(dev - host) <= 1e-4f;
+}
+
+// Row i of a launch against compute_logprobs over its raw row and the device's token: logprob,
+// rank and the top list (ids exactly, in order). Returns 1 when anything differs.
+int check_top_row(std::span<const float> raw, const cuda::DeviceSampleRow& d, const cuda::DeviceSampleOut& o,
+                  const std::vector<cuda::DeviceSampleTop>& top, size_t i, const std::string& what) {
+  const SampleLogprobs want = compute_logprobs(raw, o.token, d.n_top);
+  const size_t k = want.top.size(), at = i * cuda::kSampleMaxTop;
+  EXPECT_EQ(k, std::min(static_cast<size_t>(d.n_top), raw.size())) << what;
+  if (k > 0 && top.size() < at + k) {
+    ADD_FAILURE() << what << " row " << i << ": " << top.size() << " top slots downloaded, row needs [" << at << ", "
+                  << at + k << ")";
+    return 1;
+  }
+  const std::span<const cuda::DeviceSampleTop> got =
+      k > 0 ? std::span<const cuda::DeviceSampleTop>(top).subspan(at, k) : std::span<const cuda::DeviceSampleTop>();
+  bool ok = same_logprob(o.logprob, want.logprob) && o.rank == want.rank;
+  for (size_t j = 0; j < k; ++j)
+    ok = ok && got[j].token == want.top[j].token_id && same_logprob(got[j].logprob, want.top[j].logprob);
+  EXPECT_TRUE(ok) << what << " row " << i << " (n_top " << d.n_top << ", token " << o.token << ", "
+                  << (d.greedy ? "greedy" : "sampled") << ", " << d.n_adj << " adjustments): logprob " << o.logprob
+                  << " vs host " << want.logprob << ", rank " << o.rank << " vs " << want.rank << "\n"
+                  << describe_top(got, want.top);
+  return ok ? 0 : 1;
+}
+
+// One launch over raws (same vocab): for each logit row, n_top 1, 5 and 20 on greedy and
+// sampled rows, with and without adjustments (bias -100 on the raw top tokens, repetition and
+// presence penalties over them: the top list must stay the raw one), beside rows with a logprob
+// only and rows without; then the same rows with n_top = 0 must give the same tokens, logprobs
+// and ranks. Returns the rows with top lists checked.
+int check_top_launch(const std::vector<std::vector<float>>& raws, const std::vector<std::vector<int32_t>>& raw_top,
+                     const std::string& what) {
+  const int vocab = static_cast<int>(raws[0].size()), n_logit_rows = static_cast<int>(raws.size());
+  std::vector<float> all;
+  for (const auto& r : raws) all.insert(all.end(), r.begin(), r.end());
+  DevTensor dl = dev_floats(all, {n_logit_rows, vocab});
+  std::vector<cuda::DeviceSampleRow> rows;
+  std::vector<cuda::DeviceSampleAdj> list;
+  std::mt19937_64 rng(17);
+  for (int lr = 0; lr < n_logit_rows; ++lr) {
+    const std::vector<int32_t>& tops = raw_top[static_cast<size_t>(lr)];
+    SamplingParams sp;
+    sp.repetition_penalty = 1.3f;
+    sp.presence_penalty = 0.5f;
+    for (size_t j = 0; j < std::min<size_t>(3, tops.size()); ++j) sp.logit_bias[tops[j]] = -100.0f;
+    const std::vector<int32_t> prompt(tops.begin(), tops.begin() + static_cast<long>(tops.size() / 2));
+    const std::vector<int32_t> output(tops.begin() + static_cast<long>(tops.size() / 2), tops.end());
+    const Adjusted adj = adjusted_row(raws[static_cast<size_t>(lr)], sp, prompt, output, {});
+    for (const int n_top : {1, 5, 20}) {
+      for (int mode = 0; mode < 4; ++mode) {  // greedy, sampled, adjusted greedy, adjusted sampled
+        const Params p{mode % 2 == 0 ? 0.0f : 0.8f, 0, mode % 2 == 0 ? 1.0f : 0.95f, 0.0f};
+        cuda::DeviceSampleRow d = device_row(lr, p, uniform01(rng));
+        if (mode >= 2) {
+          d = with_adjustments(d, &adj);
+          d.adj_begin = static_cast<int32_t>(list.size());
+          list.insert(list.end(), adj.list.begin(), adj.list.end());
+        }
+        d.want_logprob = 1;
+        d.n_top = n_top;
+        rows.push_back(d);
+      }
+    }
+    cuda::DeviceSampleRow logprob_only = device_row(lr, Params{0.8f, 0, 1.0f, 0.0f}, uniform01(rng));
+    logprob_only.want_logprob = 1;
+    rows.push_back(logprob_only);
+    rows.push_back(device_row(lr, Params{0.8f, 0, 1.0f, 0.0f}, uniform01(rng)));
+  }
+  std::vector<cuda::DeviceSampleTop> top;
+  const auto out = run_rows(dl, rows, list, &top);
+  EXPECT_EQ(out.size(), rows.size()) << what;
+  if (out.size() != rows.size()) return 0;
+  EXPECT_EQ(top.size(), rows.size() * cuda::kSampleMaxTop) << what << ": top slots downloaded";
+  int bad = 0, checked = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].want_logprob) continue;
+    bad += check_top_row(raws[static_cast<size_t>(rows[i].logits_row)], rows[i], out[i], top, i, what);
+    checked += rows[i].n_top > 0;
+  }
+  // The top lists change nothing else.
+  std::vector<cuda::DeviceSampleRow> plain = rows;
+  for (auto& d : plain) d.n_top = 0;
+  std::vector<cuda::DeviceSampleTop> no_top;
+  const auto again = run_rows(dl, plain, list, &no_top);
+  EXPECT_TRUE(no_top.empty()) << what << ": top slots downloaded for a launch without top lists";
+  for (size_t i = 0; i < rows.size() && i < again.size(); ++i) {
+    EXPECT_EQ(again[i].token, out[i].token) << what << " row " << i << ": the pick changed with n_top";
+    if (rows[i].want_logprob) {
+      EXPECT_TRUE(again[i].logprob == out[i].logprob || (std::isnan(again[i].logprob) && std::isnan(out[i].logprob)))
+          << what << " row " << i << ": logprob " << again[i].logprob << " without top, " << out[i].logprob << " with";
+      EXPECT_EQ(again[i].rank, out[i].rank) << what << " row " << i;
+    }
+  }
+  std::printf("%s: %d rows with top lists, %d differ from compute_logprobs\n", what.c_str(), checked, bad);
+  return checked;
+}
+
+TEST(CudaSampling, TopLogprobsMatchComputeLogprobs) {
+  SKIP_WITHOUT_GPU();
+  {  // Llama-3 vocabulary. [0]: ties (tie_logits' 1/8 grid and its tied large values) with NaN
+     // and -inf among the largest; [1]: 25 ids tied at the maximum, the largest id among them
+     // (the top 20 are the lowest 20 by id); [2]: nothing above -inf (NaN logprobs on both sides).
+    const int vocab = 128256;
+    std::vector<std::vector<float>> raws(3);
+    std::vector<std::vector<int32_t>> tops(3);
+    raws[0] = tie_logits(vocab, 91, 2.5f);
+    tops[0] = top_ids(raws[0], 12);
+    raws[0][static_cast<size_t>(tops[0][0])] = NAN;
+    raws[0][static_cast<size_t>(tops[0][2])] = kNegInf;
+    raws[0][static_cast<size_t>(tops[0][5])] = std::numeric_limits<float>::quiet_NaN();
+    raws[1] = tie_logits(vocab, 92, 2.0f);
+    const float mx = *std::max_element(raws[1].begin(), raws[1].end()) + 1.0f;
+    std::mt19937 g(5);
+    for (int j = 0; j < 24; ++j) raws[1][g() % static_cast<uint32_t>(vocab)] = mx;
+    raws[1][static_cast<size_t>(vocab - 1)] = mx;
+    tops[1] = top_ids(raws[1], 12);
+    raws[2].assign(static_cast<size_t>(vocab), kNegInf);
+    tops[2] = {5, 6, 7, 8};
+    raws[2][77] = NAN;
+    EXPECT_GT(check_top_launch(raws, tops, "vocab 128256"), 0);
+  }
+  {  // vocab 7 (fewer ids than 20: every id listed, NaN and -inf ones last by id)
+    std::vector<std::vector<float>> raws = {{1.0f, NAN, kNegInf, 1.0f, 2.0f, kNegInf, 0.5f},
+                                            {kNegInf, kNegInf, kNegInf, NAN, kNegInf, kNegInf, kNegInf},
+                                            {-3.0f, -3.0f, -3.0f, -3.0f, -3.0f, -3.0f, -3.0f}};
+    std::vector<std::vector<int32_t>> tops = {{4, 0, 3}, {0, 1}, {2, 5}};
+    EXPECT_GT(check_top_launch(raws, tops, "vocab 7"), 0);
+  }
+}
+
 // Lists the kernel cannot index (ids not ascending, repeated or outside the vocabulary, ranges
 // beyond the array) are refused before any launch.
 TEST(CudaSampling, MalformedAdjustmentsAreRejected) {
@@ -571,7 +723,8 @@ TEST(CudaSampling, MalformedAdjustmentsAreRejected) {
     d.adj_begin = begin;
     d.n_adj = n_adj;
     std::vector<cuda::DeviceSampleOut> out;
-    return cs->sample_rows(dl.t, {d}, list, out);
+    std::vector<cuda::DeviceSampleTop> top;
+    return cs->sample_rows(dl.t, {d}, list, out, top);
   };
   EXPECT_TRUE(status({3, 9, 999}, 0, 3).is_ok());
   EXPECT_FALSE(status({9, 3}, 0, 2).is_ok()) << "descending ids";
@@ -580,6 +733,13 @@ TEST(CudaSampling, MalformedAdjustmentsAreRejected) {
   EXPECT_FALSE(status({-1, 3}, 0, 2).is_ok()) << "a negative id";
   EXPECT_FALSE(status({3, 9}, 1, 2).is_ok()) << "a range beyond the list";
   EXPECT_FALSE(status({3, 9}, 0, -1).is_ok()) << "a negative count";
+  d.want_logprob = 1;
+  d.n_top = cuda::kSampleMaxTop;
+  EXPECT_TRUE(status({}, 0, 0).is_ok()) << "kSampleMaxTop alternatives";
+  d.n_top = cuda::kSampleMaxTop + 1;
+  EXPECT_FALSE(status({}, 0, 0).is_ok()) << "more than kSampleMaxTop alternatives";
+  d.n_top = -1;
+  EXPECT_FALSE(status({}, 0, 0).is_ok()) << "a negative number of alternatives";
 }
 
 // Not a check: the cost of one 256-row step at the Llama-3 vocabulary (printed).
@@ -593,15 +753,29 @@ TEST(CudaSampling, TimeOf256Rows) {
   }
   DevTensor dl = dev_floats(raw, {n, vocab});
   std::mt19937_64 rng(1);
+  // Milliseconds per call, after a warm-up call (top lists downloaded as the runner does).
+  auto ms_per_call = [&](const std::vector<cuda::DeviceSampleRow>& rows, const std::vector<cuda::DeviceSampleAdj>& list) {
+    std::vector<cuda::DeviceSampleTop> top;
+    run_rows(dl, rows, list, &top);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < 10; ++it) run_rows(dl, rows, list, &top);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
+  };
   for (const Params& p : {Params{0.8f, 0, 0.95f, 0.0f}, Params{0.8f, 50, 1.0f, 0.0f}, Params{0.0f, 0, 1.0f, 0.0f}}) {
     std::vector<cuda::DeviceSampleRow> rows;
     for (int i = 0; i < n; ++i) rows.push_back(device_row(i, p, uniform01(rng)));
-    run_rows(dl, rows);  // warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < 10; ++it) run_rows(dl, rows);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
     std::printf("sample_rows 256 x %d, T %.1f top_k %d top_p %.2f: %.3f ms per call (upload + kernel + ids)\n", vocab,
-                p.temperature, p.top_k, p.top_p, ms);
+                p.temperature, p.top_k, p.top_p, ms_per_call(rows, {}));
+  }
+  for (const int n_top : {0, 1, 5, 20}) {  // every row with a logprob and n_top alternatives
+    std::vector<cuda::DeviceSampleRow> rows;
+    for (int i = 0; i < n; ++i) {
+      rows.push_back(device_row(i, Params{0.8f, 0, 0.95f, 0.0f}, uniform01(rng)));
+      rows.back().want_logprob = 1;
+      rows.back().n_top = n_top;
+    }
+    std::printf("sample_rows 256 x %d, T 0.8 top_p 0.95, logprob + %d top alternatives per row: %.3f ms per call\n",
+                vocab, n_top, ms_per_call(rows, {}));
   }
   // T 0.8 top_p 0.95 with repetition / presence / frequency penalties over 1000 + 1000 tokens
   // per row (~900 distinct ids each): lists built by the Sampler, timed with the upload.
@@ -633,10 +807,7 @@ TEST(CudaSampling, TimeOf256Rows) {
     for (const TokenAdjust& a : lists[static_cast<size_t>(i)]) list.push_back({a.token, a.flags, a.bias, a.subtract});
     rows.push_back(d);
   }
-  run_rows(dl, rows, list);  // warm-up
-  const auto t1 = std::chrono::steady_clock::now();
-  for (int it = 0; it < 10; ++it) run_rows(dl, rows, list);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() / 10;
+  const double ms = ms_per_call(rows, list);
   std::printf("sample_rows 256 x %d, T 0.8 top_p 0.95 + penalties over 1000 + 1000 tokens (%zu adjustments, "
               "%.0f KiB): %.3f ms per call (upload + kernel + ids); lists built in %.2f ms on one thread\n",
               vocab, list.size(), list.size() * sizeof(cuda::DeviceSampleAdj) / 1024.0, ms, build_ms);

@@ -96,9 +96,10 @@ Status FakeExecutor::execute_sample(const ForwardBatch& b, const std::vector<Dev
     DeviceSampled& d = out.emplace_back();
     d.token_id = pick_adjusted(x, raw, p, spec.u);
     if (spec.logprob) {
-      const SampleLogprobs lp = compute_logprobs(raw, d.token_id, 0);
+      SampleLogprobs lp = compute_logprobs(raw, d.token_id, spec.n_top);
       d.logprob = lp.logprob;
       d.rank = lp.rank;
+      d.top = std::move(lp.top);
     }
   }
   return Status::ok();

@@ -49,7 +49,7 @@ class FakeExecutor : public ModelExecutor {
   bool can_execute_sample() const override { return opt_.device_sample; }
   // execute(), then each spec's pick as a device sampler defines it: the row's adjustment
   // list applied to the NaN-scrubbed logits, then pick_adjusted with the spec's u (raw
-  // logprob and rank from compute_logprobs). Records every call's rows.
+  // logprob, rank and spec.n_top alternatives from compute_logprobs). Records every call's rows.
   Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
                         std::vector<DeviceSampled>& out) override;
 

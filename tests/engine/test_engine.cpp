@@ -143,6 +143,23 @@ std::string describe(const std::vector<TokenAdjust>& list) {
   return s;
 }
 
+// The logprobs of two runs of one request: each token's logprob, rank and top list (ids in
+// order, logprobs) equal.
+void expect_same_logprobs(const SampleResult& got, const SampleResult& want, const std::string& id) {
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << id;
+  for (size_t i = 0; i < got.logprobs.size(); ++i) {
+    const SampleLogprobs &g = got.logprobs[i], &w = want.logprobs[i];
+    EXPECT_EQ(g.token_id, w.token_id) << id << " token " << i;
+    EXPECT_EQ(g.logprob, w.logprob) << id << " token " << i;
+    EXPECT_EQ(g.rank, w.rank) << id << " token " << i;
+    ASSERT_EQ(g.top.size(), w.top.size()) << id << " token " << i;
+    for (size_t j = 0; j < g.top.size(); ++j) {
+      EXPECT_EQ(g.top[j].token_id, w.top[j].token_id) << id << " token " << i << " alternative " << j;
+      EXPECT_EQ(g.top[j].logprob, w.top[j].logprob) << id << " token " << i << " alternative " << j;
+    }
+  }
+}
+
 // An engine whose fake offers the device argmax and sampler (device), or neither (the host Sampler).
 TestEngine device_sampling_engine(bool device) {
   EngineSetup s = default_setup();
@@ -151,11 +168,35 @@ TestEngine device_sampling_engine(bool device) {
   return make_engine(s);
 }
 
+// Runs reqs on an engine that samples on the host and on one whose fake samples on the device:
+// every step of the latter goes to execute_sample, and its outputs (tokens, logprobs, ranks,
+// top lists) equal the host run's. Returns the device run.
+std::pair<TestEngine, Results> run_on_device_like_host(const std::vector<EngineRequest>& reqs) {
+  auto run = [&](bool device) {
+    TestEngine te = device_sampling_engine(device);
+    for (const EngineRequest& r : reqs) EXPECT_TRUE(te.engine->add_request(r).is_ok());
+    Results res = run_all(te);
+    return std::make_pair(std::move(te), std::move(res));
+  };
+  auto [host, want] = run(false);
+  auto [dev, got] = run(true);
+  EXPECT_EQ(host.fake->n_sample_steps(), 0);
+  EXPECT_GT(dev.fake->n_sample_steps(), 0);
+  EXPECT_EQ(dev.fake->n_sample_steps(), dev.fake->n_steps()) << "a step left the device sampler";
+  EXPECT_EQ(dev.fake->n_argmax_steps(), 0);
+  for (const EngineRequest& r : reqs) {
+    const SampleResult &w = want[r.request_id][0], &g = got[r.request_id][0];
+    EXPECT_EQ(g.tokens, w.tokens) << r.request_id << ": device-sampled tokens differ from the host Sampler's";
+    expect_same_logprobs(g, w, r.request_id);
+  }
+  return std::make_pair(std::move(dev), std::move(got));
+}
+
 // Executors that sample on the device (execute_sample) get the steps whose rows have logit
 // bias, penalties or pending min_tokens too, greedy rows included, with each row's adjustment
-// list; the outputs (tokens and logprobs) equal a host-sampled run of the same requests. Top
-// logprob alternatives keep a step on the host.
-TEST(LlmEngine, DeviceSamplingTakesBiasPenaltyAndMinTokensSteps) {
+// list, and top logprob alternatives too; the outputs (tokens, logprobs, ranks and top lists)
+// equal a host-sampled run of the same requests.
+TEST(LlmEngine, DeviceSamplingTakesBiasPenaltyMinTokensAndTopLogprobsSteps) {
   const std::vector<int32_t> p1 = {5, 9, 3, 7, 11, 2, 5, 5}, p2 = {4, 4, 8, 1}, p3 = {13, 6, 6};
   std::vector<EngineRequest> reqs;
   {
@@ -188,28 +229,18 @@ TEST(LlmEngine, DeviceSamplingTakesBiasPenaltyAndMinTokensSteps) {
     r.params.ignore_eos = true;
     reqs.push_back(r);
   }
-  auto run = [&](bool device) {
-    TestEngine te = device_sampling_engine(device);
-    for (const EngineRequest& r : reqs) EXPECT_TRUE(te.engine->add_request(r).is_ok());
-    Results res = run_all(te);
-    return std::make_pair(std::move(te), std::move(res));
-  };
-  auto [host, want] = run(false);
-  auto [dev, got] = run(true);
-  EXPECT_EQ(host.fake->n_sample_steps(), 0);
-  EXPECT_GT(dev.fake->n_sample_steps(), 0);
-  EXPECT_EQ(dev.fake->n_sample_steps(), dev.fake->n_steps()) << "a step left the device sampler";
-  EXPECT_EQ(dev.fake->n_argmax_steps(), 0);
-  for (const EngineRequest& r : reqs) {
-    const SampleResult &w = want[r.request_id][0], &g = got[r.request_id][0];
-    EXPECT_EQ(g.tokens, w.tokens) << r.request_id << ": device-sampled tokens differ from the host Sampler's";
-    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << r.request_id;
-    for (size_t i = 0; i < g.logprobs.size(); ++i) {
-      EXPECT_EQ(g.logprobs[i].logprob, w.logprobs[i].logprob) << r.request_id << " token " << i;
-      EXPECT_EQ(g.logprobs[i].rank, w.logprobs[i].rank) << r.request_id << " token " << i;
-    }
+  {
+    EngineRequest r = greedy_request("top", p1, 9);  // the most alternatives a request may ask for
+    r.params.temperature = 1.1f;
+    r.params.presence_penalty = 0.6f;  // the top list stays the raw model's
+    r.params.logprobs = kMaxLogprobs;
+    r.params.seed = 23;
+    reqs.push_back(r);
   }
+  auto [dev, got] = run_on_device_like_host(reqs);
   EXPECT_EQ(got["lp"][0].logprobs.size(), got["lp"][0].tokens.size());
+  ASSERT_FALSE(got["top"][0].logprobs.empty());
+  EXPECT_EQ(got["top"][0].logprobs[0].top.size(), static_cast<size_t>(kMaxLogprobs));
   EXPECT_GE(got["samp"][0].tokens.size(), 5u);
   // The lists: a row's k-th appearance has k output tokens (no preemption here); each request
   // is told apart by its temperature.
@@ -221,6 +252,7 @@ TEST(LlmEngine, DeviceSamplingTakesBiasPenaltyAndMinTokensSteps) {
         if (q.params.temperature == (row.spec.greedy ? 0.0f : row.spec.temperature)) r = &q;
       ASSERT_NE(r, nullptr);
       EXPECT_EQ(row.spec.repetition_penalty, r->params.repetition_penalty);
+      EXPECT_EQ(row.spec.n_top, r->params.logprobs.value_or(0)) << r->request_id;
       const std::vector<int32_t>& tokens = got[r->request_id][0].tokens;
       const size_t k = seen[r->request_id]++;
       ASSERT_LT(k, tokens.size()) << r->request_id;
@@ -232,21 +264,29 @@ TEST(LlmEngine, DeviceSamplingTakesBiasPenaltyAndMinTokensSteps) {
   for (const EngineRequest& r : reqs) EXPECT_EQ(seen[r.request_id], got[r.request_id][0].tokens.size()) << r.request_id;
 }
 
-// Top logprob alternatives stay on the host (execute()); min_tokens on an otherwise plain
-// greedy request goes to the device sampler until it is reached, then to the device argmax.
-TEST(LlmEngine, DeviceSamplingRoutesTopLogprobsToHostAndMinTokensToArgmaxLater) {
+// Top logprob alternatives (1, 2, 5 and 20 of them, greedy and sampled) go to the device
+// sampler with the rest, and give the host-sampled run's top lists; min_tokens on an otherwise
+// plain greedy request goes to the device sampler until it is reached, then to the device argmax.
+TEST(LlmEngine, DeviceSamplingTakesTopLogprobsAndMinTokensGoesToArgmaxLater) {
   const std::vector<int32_t> p1 = {5, 9, 3, 7, 11, 2};
   {
-    TestEngine te = device_sampling_engine(true);
-    EngineRequest r = greedy_request("top", p1, 8);
-    r.params.logprobs = 2;
-    r.params.repetition_penalty = 1.2f;
-    ASSERT_TRUE(te.engine->add_request(std::move(r)).is_ok());
-    Results res = run_all(te);
-    EXPECT_EQ(te.fake->n_sample_steps(), 0);
-    EXPECT_EQ(te.fake->n_argmax_steps(), 0);
-    ASSERT_FALSE(res["top"][0].logprobs.empty());
-    EXPECT_EQ(res["top"][0].logprobs[0].top.size(), 2u);
+    std::vector<EngineRequest> reqs;
+    for (const int n_top : {1, 2, 5, kMaxLogprobs}) {
+      EngineRequest r = greedy_request(fmt::format("top{}", n_top), p1, 8);
+      r.params.logprobs = n_top;
+      r.params.repetition_penalty = 1.2f;
+      if (n_top % 2 == 1) {
+        r.params.temperature = 0.8f;
+        r.params.seed = static_cast<uint64_t>(n_top);
+      }
+      reqs.push_back(std::move(r));
+    }
+    const Results got = run_on_device_like_host(reqs).second;
+    for (const EngineRequest& r : reqs) {
+      const SampleResult& g = got.at(r.request_id).at(0);
+      ASSERT_FALSE(g.logprobs.empty()) << r.request_id;
+      EXPECT_EQ(g.logprobs[0].top.size(), static_cast<size_t>(*r.params.logprobs)) << r.request_id;
+    }
   }
   {
     TestEngine te = device_sampling_engine(true);

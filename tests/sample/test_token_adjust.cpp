@@ -157,8 +157,8 @@ TEST(TokenAdjustments, ThreadedEqualsSerial) {
   }
 }
 
-// Requests without bias, penalties or pending min_tokens have nothing to adjust; all but top
-// logprob alternatives are device-sampleable.
+// Requests without bias, penalties or pending min_tokens have nothing to adjust; all but more
+// than kDeviceMaxTopLogprobs top logprob alternatives are device-sampleable.
 TEST(TokenAdjustments, PlainRequestsHaveEmptyLists) {
   Sampler sampler(kEos);
   SamplingParams p;
@@ -174,7 +174,12 @@ TEST(TokenAdjustments, PlainRequestsHaveEmptyLists) {
   p.logit_bias = {{3, 1.0f}};
   EXPECT_TRUE(is_device_sampleable(p));
   p.logprobs = 1;
+  EXPECT_TRUE(is_device_sampleable(p));
+  p.logprobs = kDeviceMaxTopLogprobs;
+  EXPECT_TRUE(is_device_sampleable(p));
+  p.logprobs = kDeviceMaxTopLogprobs + 1;  // validate() refuses it (kMaxLogprobs); the host would take it
   EXPECT_FALSE(is_device_sampleable(p));
+  static_assert(kDeviceMaxTopLogprobs >= kMaxLogprobs, "every valid request samples on the device");
 }
 
 // A prompt and an output of 1000 tokens each: one entry per distinct id (the upload a device

@@ -79,12 +79,14 @@ class CudaStep {
   // Sampled tokens without downloading the logits: out[i] for rows[i] over logits ([n, vocab]
   // F32 device memory, queued work included), by the host Sampler's rules for the parameters
   // DeviceSampleRow carries (sample.cuh); adj holds the rows' token adjustments (row i's are
-  // adj[adj_begin, adj_begin + n_adj), ids strictly ascending in [0, vocab); checked). One
-  // upload (rows + adjustments), one kernel, one download of rows.size() results; waits for
-  // the stream.
+  // adj[adj_begin, adj_begin + n_adj), ids strictly ascending in [0, vocab); checked). top:
+  // when some row has n_top > 0 (each in [0, kSampleMaxTop]; checked), [rows.size(),
+  // kSampleMaxTop] with row i's min(n_top, vocab) alternatives first in its slots; else empty.
+  // One upload (rows + adjustments), one kernel, one download of the results (and the top
+  // slots); waits for the stream.
   virtual Status sample_rows(const Tensor& logits, const std::vector<cuda::DeviceSampleRow>& rows,
-                             const std::vector<cuda::DeviceSampleAdj>& adj,
-                             std::vector<cuda::DeviceSampleOut>& out) = 0;
+                             const std::vector<cuda::DeviceSampleAdj>& adj, std::vector<cuda::DeviceSampleOut>& out,
+                             std::vector<cuda::DeviceSampleTop>& top) = 0;
 };
 
 CudaStep* cuda_step(Backend& backend);

@@ -74,7 +74,8 @@ class CudaBackend final : public Backend, public CudaStep {
   Status set_weight_format(const std::string& name) override;
   Status argmax_rows(const Tensor& logits, int32_t* host_out) override;
   Status sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
-                     const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out) override;
+                     const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out,
+                     std::vector<DeviceSampleTop>& top) override;
 
  private:
   CudaBackend() = default;
@@ -217,8 +218,8 @@ class CudaBackend final : public Backend, public CudaStep {
   int32_t* argmax_dev_ = nullptr;
   int32_t* argmax_host_ = nullptr;
   int64_t argmax_cap_ = 0;
-  // sample_rows: one pinned buffer holding the results, the rows and the adjustments, and its
-  // device twin.
+  // sample_rows: one pinned buffer holding the results, the top slots (launches with top
+  // lists), the rows and the adjustments, and its device twin.
   void* sample_dev_ = nullptr;
   void* sample_host_ = nullptr;
   size_t sample_cap_ = 0;  // bytes

@@ -297,15 +297,21 @@ Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
 }
 
 Status CudaBackend::sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
-                                const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out) {
+                                const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out,
+                                std::vector<DeviceSampleTop>& top) {
   if (capturing_) return Status::error("sample_rows during a graph capture");
   if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
     return Status::errorf("sample_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
   const int64_t n_logit_rows = logits.n_rows(), vocab = logits.n_cols();
   const size_t n = rows.size(), m = adj.size();
   out.resize(n);
+  top.clear();
   if (n == 0) return Status::ok();
+  bool any_top = false;
   for (const DeviceSampleRow& r : rows) {
+    if (r.n_top < 0 || r.n_top > kSampleMaxTop)
+      return Status::errorf("sample_rows: {} top alternatives (at most {})", r.n_top, kSampleMaxTop);
+    any_top = any_top || (r.n_top > 0 && r.want_logprob);
     if (r.logits_row < 0 || r.logits_row >= n_logit_rows)
       return Status::errorf("sample_rows: logits row {} of {}", r.logits_row, n_logit_rows);
     if (r.adj_begin < 0 || r.n_adj < 0 || static_cast<size_t>(r.adj_begin) + static_cast<size_t>(r.n_adj) > m)
@@ -318,10 +324,13 @@ Status CudaBackend::sample_rows(const Tensor& logits, const std::vector<DeviceSa
     }
   }
   flush();
-  // One buffer: results, then rows and adjustments (uploaded by one copy); all 16-byte sized.
+  // One buffer: results and top slots (downloaded by one copy), then rows and adjustments
+  // (uploaded by one copy); all 16-byte sized.
   static_assert(sizeof(DeviceSampleOut) % 16 == 0 && sizeof(DeviceSampleRow) % 16 == 0 &&
-                sizeof(DeviceSampleAdj) == 16);
-  const size_t out_bytes = n * sizeof(DeviceSampleOut);
+                sizeof(DeviceSampleAdj) == 16 && kSampleMaxTop * sizeof(DeviceSampleTop) % 16 == 0);
+  const size_t res_bytes = n * sizeof(DeviceSampleOut);
+  const size_t top_bytes = any_top ? n * kSampleMaxTop * sizeof(DeviceSampleTop) : 0;
+  const size_t out_bytes = res_bytes + top_bytes;
   const size_t in_bytes = n * sizeof(DeviceSampleRow) + m * sizeof(DeviceSampleAdj);
   if (out_bytes + in_bytes > sample_cap_) {
     EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -345,10 +354,15 @@ Status CudaBackend::sample_rows(const Tensor& logits, const std::vector<DeviceSa
   EMBER_CUDA_TRY(launch_sample_rows(static_cast<const float*>(logits.data), vocab,
                                     reinterpret_cast<const DeviceSampleRow*>(dev + rows_at), static_cast<int>(n),
                                     reinterpret_cast<const DeviceSampleAdj*>(dev + adj_at), static_cast<int64_t>(m),
-                                    reinterpret_cast<DeviceSampleOut*>(dev), stream_));
+                                    reinterpret_cast<DeviceSampleOut*>(dev),
+                                    any_top ? reinterpret_cast<DeviceSampleTop*>(dev + res_bytes) : nullptr, stream_));
   EMBER_CUDA_TRY(cudaMemcpyAsync(host, dev, out_bytes, cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
-  std::memcpy(out.data(), host, out_bytes);
+  std::memcpy(out.data(), host, res_bytes);
+  if (any_top) {
+    top.resize(n * kSampleMaxTop);
+    std::memcpy(top.data(), host + res_bytes, top_bytes);
+  }
   return Status::ok();
 }
 

@@ -138,16 +138,8 @@ __device__ double block_sum_double(double v, SampleShared& sh) {
   return r;
 }
 
-// (value, index) of the first maximum of f(i) (f never NaN); index INT_MAX when nothing
-// is above -inf.
-template <class F>
-__device__ int block_argmax(int64_t vocab, F f, SampleShared& sh) {
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) {
-    const float v = f(i);
-    if (v > bv) { bv = v; bi = static_cast<int>(i); }
-  }
+// The block's best (bv, bi) of every thread's (value, index) by `better`; every thread gets it.
+__device__ void block_best(float& bv, int& bi, SampleShared& sh) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
@@ -166,7 +158,43 @@ __device__ int block_argmax(int64_t vocab, F f, SampleShared& sh) {
     if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
   }
   __syncthreads();
+}
+
+// The index of the first maximum of f(i) (f never NaN); INT_MAX when nothing is above -inf.
+template <class F>
+__device__ int block_argmax(int64_t vocab, F f, SampleShared& sh) {
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) {
+    const float v = f(i);
+    if (v > bv) { bv = v; bi = static_cast<int>(i); }
+  }
+  block_best(bv, bi, sh);
   return bi;
+}
+
+// compute_logprobs' top list: the k most likely (value descending, id ascending among ties;
+// -inf values included, so k <= vocab entries always exist) of f (never NaN), with logprob
+// value - lse. Round r is a block argmax over the ids after round r - 1's pick in that order
+// (a strict total order, so no id is listed twice and none skipped); thread 0 writes.
+template <class F>
+__device__ void block_top(int64_t vocab, int k, double lse, F f, DeviceSampleTop* top, SampleShared& sh) {
+  float pv = INFINITY;
+  int pi = -1;
+  for (int r = 0; r < k; ++r) {
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int64_t i = threadIdx.x; i < vocab; i += kSThreads) {
+      const float v = f(i);
+      const int ii = static_cast<int>(i);
+      const bool after = r == 0 || v < pv || (v == pv && ii > pi);
+      if (after && better(v, ii, bv, bi)) { bv = v; bi = ii; }
+    }
+    block_best(bv, bi, sh);
+    if (threadIdx.x == 0) top[r] = {bi, static_cast<float>(static_cast<double>(bv) - lse)};
+    pv = bv;
+    pi = bi;
+  }
 }
 
 // The key K with W(key > K) < need <= W(key >= K) over the elements elem(i, key, w) gives
@@ -291,7 +319,8 @@ __host__ __device__ inline int64_t adj_words(int64_t vocab) { return (vocab + 31
 __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __restrict__ x, int64_t vocab,
                                                                  const DeviceSampleRow* __restrict__ rows,
                                                                  const DeviceSampleAdj* __restrict__ adj,
-                                                                 DeviceSampleOut* __restrict__ out) {
+                                                                 DeviceSampleOut* __restrict__ out,
+                                                                 DeviceSampleTop* __restrict__ top) {
   __shared__ SampleShared sh;
   const DeviceSampleRow p = rows[blockIdx.x];
   const float* raw = x + static_cast<int64_t>(p.logits_row) * vocab;
@@ -428,7 +457,11 @@ __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __r
     const double sum = block_sum_double(static_cast<double>(se), sh);
     above = block_sum_u64(above, sh);
     o.rank = static_cast<int32_t>(above) + 1;
-    o.logprob = static_cast<float>(static_cast<double>(tx) - (static_cast<double>(mr) + log(sum)));
+    const double lse = static_cast<double>(mr) + log(sum);
+    o.logprob = static_cast<float>(static_cast<double>(tx) - lse);
+    if (p.n_top > 0 && top != nullptr)
+      block_top(vocab, static_cast<int>(min(static_cast<int64_t>(min(p.n_top, kSampleMaxTop)), vocab)), lse, rawv,
+                top + static_cast<int64_t>(blockIdx.x) * kSampleMaxTop, sh);
   }
   if (threadIdx.x == 0) out[blockIdx.x] = o;
 }
@@ -437,7 +470,7 @@ __global__ void __launch_bounds__(kSThreads) sample_rows_kernel(const float* __r
 
 cudaError_t launch_sample_rows(const float* x, int64_t vocab, const DeviceSampleRow* rows, int n_rows,
                                const DeviceSampleAdj* adj, int64_t n_adj_total, DeviceSampleOut* out,
-                               cudaStream_t stream) {
+                               DeviceSampleTop* top, cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT_MAX || n_adj_total < 0 || n_adj_total >= INT_MAX) return cudaErrorInvalidValue;
   // The adjusted-id index (bits + first entry per 32-id word), only for launches with adjustments.
@@ -447,7 +480,7 @@ cudaError_t launch_sample_rows(const float* x, int64_t vocab, const DeviceSample
         cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  sample_rows_kernel<<<n_rows, kSThreads, smem, stream>>>(x, vocab, rows, adj, out);
+  sample_rows_kernel<<<n_rows, kSThreads, smem, stream>>>(x, vocab, rows, adj, out, top);
   return cudaGetLastError();
 }
 

@@ -51,6 +51,17 @@ struct DeviceSampleRow {
   double u = 0.0;                 // uniform in [0, 1), drawn by the host from the request's rng
   int32_t adj_begin = 0;          // the row's adjustments in the launch's adj array
   int32_t n_adj = 0;
+  // With want_logprob: the n_top (<= kSampleMaxTop) most likely raw tokens and their raw
+  // logprobs (compute_logprobs' top list: NaN as -inf, value descending, id ascending among
+  // ties; min(n_top, vocab) entries) in the launch's top array, row i at [i * kSampleMaxTop).
+  int32_t n_top = 0;
+  int32_t pad[3] = {};
+};
+
+constexpr int kSampleMaxTop = 20;
+struct DeviceSampleTop {
+  int32_t token = 0;
+  float logprob = 0.0f;  // raw logit - logsumexp(raw logits), as DeviceSampleOut::logprob
 };
 
 struct DeviceSampleOut {
@@ -61,11 +72,14 @@ struct DeviceSampleOut {
 };
 
 // out[i] for rows[i] (device arrays), over x [n_logit_rows, vocab] F32 device logits; adj:
-// the rows' adjustments (n_adj_total entries, device memory). With adjustments each block
+// the rows' adjustments (n_adj_total entries, device memory); top: [n_rows, kSampleMaxTop]
+// top-alternative slots (may be null when no row has n_top > 0; rows' unused slots untouched).
+// A row's top list costs min(n_top, vocab) extra passes over its logits (a block argmax each,
+// excluding the ids already listed by their (value, id) order). With adjustments each block
 // indexes the adjusted ids in shared memory (vocab / 4 bytes: a bit and a 32-bit index per 32
 // ids, so vocabularies up to about 900k ids on Hopper); cudaErrorInvalidValue beyond that.
 cudaError_t launch_sample_rows(const float* x, int64_t vocab, const DeviceSampleRow* rows, int n_rows,
                                const DeviceSampleAdj* adj, int64_t n_adj_total, DeviceSampleOut* out,
-                               cudaStream_t stream);
+                               DeviceSampleTop* top, cudaStream_t stream);
 
 }  // namespace ember::cuda
