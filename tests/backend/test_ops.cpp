@@ -1,11 +1,13 @@
 // get_rows, rms_norm, rope, glu, add, scale against double-precision references; argmax_rows
 // against the host sampler's greedy rule.
 #include "quant/quant.h"
+#include "sample/logits_processors.h"
 #include "test_util.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <span>
 
 namespace ember::test {
 namespace {
@@ -155,17 +157,10 @@ TEST_P(OpsTest, GluAddScale) {
 }
 
 TEST_P(OpsTest, ArgmaxRowsIsTheHostGreedyPick) {
-  // Reference: the host Sampler's plain greedy pick (first strictly larger value wins, NaN
-  // never, 0 when nothing is above -inf), written out here.
+  // Reference: the host Sampler's plain greedy pick (sample/logits_processors.h argmax: first
+  // strictly larger value wins, NaN never; 0 when nothing is above -inf, as Sampler does).
   auto host_pick = [](const float* x, int64_t n) {
-    int64_t best = -1;
-    float bx = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i)
-      if (x[i] > bx) {
-        bx = x[i];
-        best = i;
-      }
-    return static_cast<int32_t>(std::max<int64_t>(0, best));
+    return std::max<int32_t>(0, argmax(std::span<const float>(x, static_cast<size_t>(n))));
   };
   Rng rng(11);
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
