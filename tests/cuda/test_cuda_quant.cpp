@@ -308,6 +308,66 @@ TEST(CudaQuant, MatmulManySharesFp8Rows) {
   EXPECT_EQ(g2, download_floats(o2.t));
 }
 
+// matmul_many runs the GEMMs of one x on side streams at decode batch sizes (<= 512 rows),
+// one after another past that, for FP8 and BF16 matrices alike: every output equals its own
+// matmul bit for bit, eagerly and replayed from a CUDA graph (the side streams' work becomes
+// branches of the graph) after x changed.
+TEST(CudaQuant, MatmulManySideStreamsEqualOneByOne) {
+  SKIP_WITHOUT_GPU();
+  CudaStep* step = cuda_step(*backend());
+  const int64_t k = 520;
+  const int64_t ms[] = {136, 40, 40};
+  for (const std::string format : {"fp8", "bf16"}) {
+    std::vector<Tensor> ws;
+    std::vector<std::vector<uint8_t>> raws;
+    std::vector<Packed> packed;
+    for (int i = 0; i < 3; ++i) {
+      if (format == "fp8") {
+        packed.push_back(make_packed("fp8", ms[i], k, 40 + i));
+        ws.push_back(packed.back().t);
+      } else {
+        raws.push_back(cuda_test::encode(DType::BF16, random_floats(static_cast<size_t>(ms[i] * k), 40 + i)));
+        auto w = backend()->prepare_weight(make_tensor(raws.back().data(), DType::BF16, {ms[i], k}));
+        ASSERT_TRUE(w.is_ok()) << w.message();
+        ws.push_back(*w);
+      }
+    }
+    const auto bs = random_floats(static_cast<size_t>(ms[0]), 45);
+    auto bias = dev_floats(bs, {ms[0]});
+    for (int n : {24, 300, 700}) {
+      auto x = dev_floats(random_floats(static_cast<size_t>(n * k), 46 + n), {n, k});
+      std::vector<DevTensor> outs;
+      for (int64_t m : ms) outs.push_back(dev_tensor(DType::F32, {n, m}));
+      const MatmulTarget targets[] = {{&ws[0], &bias.t, &outs[0].t}, {&ws[1], nullptr, &outs[1].t}, {&ws[2], nullptr, &outs[2].t}};
+      auto one_by_one = [&] {
+        std::vector<std::vector<float>> r;
+        for (int i = 0; i < 3; ++i) {
+          auto o = dev_tensor(DType::F32, {n, ms[i]});
+          backend()->matmul(x.t, ws[i], i == 0 ? &bias.t : nullptr, o.t);
+          r.push_back(download_floats(o.t));
+        }
+        return r;
+      };
+      backend()->matmul_many(x.t, targets);
+      auto want = one_by_one();
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(download_floats(outs[i].t), want[i]) << format << " n " << n << " out " << i;
+      if (n > 300) continue;
+      const uint64_t key = 777 + static_cast<uint64_t>(n);
+      ASSERT_TRUE(step->begin_capture().is_ok());
+      backend()->matmul_many(x.t, targets);
+      ASSERT_TRUE(step->end_capture(key).is_ok());
+      const auto xs2 = random_floats(static_cast<size_t>(n * k), 99 + n);
+      backend()->upload(x.t.data, xs2.data(), xs2.size() * sizeof(float));
+      for (auto& o : outs) backend()->upload(o.t.data, std::vector<float>(o.t.numel(), -7.0f).data(), o.t.nbytes());
+      ASSERT_TRUE(step->launch_graph(key));
+      want = one_by_one();
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(download_floats(outs[i].t), want[i]) << format << " graph n " << n << " out " << i;
+    }
+  }
+  step->drop_graphs();
+}
+
 // (add +) RMSNorm and GLU of more rows than the GEMV takes, followed by FP8 GEMMs of their
 // output: the norm / GLU kernel writes the e4m3 rows itself. Everything (the residual sum,
 // the norm and GLU outputs, the GEMM results) must equal the unfused sequence bit for bit;

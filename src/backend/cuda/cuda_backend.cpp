@@ -21,6 +21,7 @@ namespace ember::cuda {
 namespace {
 
 constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's recommended size on Hopper
+constexpr int64_t kConcurrentGemmMaxRows = 512;
 constexpr size_t kStagingBytes = 64u << 20;      // weight upload chunk
 
 class CudaBuffer final : public Buffer {
@@ -90,6 +91,14 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->meta_event_, cudaEventDisableTiming));
   EMBER_ASSIGN_OR_RETURN(be->lt_, LtGemm::create());
   EMBER_CUDA_TRY(cudaMalloc(&be->lt_ws_, kLtWorkspaceBytes));
+  const char* concurrent = std::getenv("EMBER_CUDA_CONCURRENT_GEMMS");
+  be->concurrent_gemms_ = !(concurrent && std::string(concurrent) == "0");
+  EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
+  for (int i = 0; i < kSideStreams; ++i) {
+    EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->side_[i], cudaStreamNonBlocking));
+    EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->join_event_[i], cudaEventDisableTiming));
+    EMBER_CUDA_TRY(cudaMalloc(&be->side_ws_[i], kLtWorkspaceBytes));
+  }
   std::vector<int32_t> iota(kIotaSize);
   std::iota(iota.begin(), iota.end(), 0);
   EMBER_CUDA_TRY(cudaMalloc(&be->iota_, iota.size() * sizeof(int32_t)));
@@ -115,6 +124,13 @@ CudaBackend::~CudaBackend() {
   if (meta_host_) cudaFreeHost(meta_host_);
   if (meta_event_) cudaEventDestroy(meta_event_);
   if (lt_ws_) cudaFree(lt_ws_);
+  for (int i = 0; i < kSideStreams; ++i) {
+    if (side_[i]) cudaStreamSynchronize(side_[i]);
+    if (side_ws_[i]) cudaFree(side_ws_[i]);
+    if (join_event_[i]) cudaEventDestroy(join_event_[i]);
+    if (side_[i]) cudaStreamDestroy(side_[i]);
+  }
+  if (fork_event_) cudaEventDestroy(fork_event_);
   lt_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -386,21 +402,58 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
 }
 
-// Several packed FP8 matrices of one x past the GEMV (q/k/v, gate/up): x is quantized once
-// for all of them.
+// Several matrices of one x past the GEMV (q/k/v, gate/up), FP8 (packed) or BF16: x is
+// quantized or converted once for all of them, and at decode batch sizes the GEMMs run side by
+// side (side_ streams).
 void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
-  bool shared = targets.size() > 1 && x.valid() && x.device == Device::CUDA && x.dtype == DType::F32;
-  for (const MatmulTarget& t : targets) shared = shared && fp8_large(x, *t.w);
-  if (!shared) {
+  bool fp8 = targets.size() > 1 && x.valid() && x.device == Device::CUDA && x.dtype == DType::F32;
+  bool bf16 = fp8 && x.n_rows() > kGemvMaxBatch && x.n_cols() > 0;
+  for (const MatmulTarget& t : targets) {
+    fp8 = fp8 && fp8_large(x, *t.w);
+    bf16 = bf16 && t.w->device == Device::CUDA && t.w->dtype == DType::BF16;
+  }
+  if (!fp8 && !bf16) {
     Backend::matmul_many(x, targets);
     return;
   }
   std::vector<const float*> biases;
   for (const MatmulTarget& t : targets) biases.push_back(check_matmul(x, *t.w, t.bias, *t.out));
-  const Fp8Rows xq = fp8_rows_of(x);
-  for (size_t i = 0; i < targets.size(); ++i)
-    if (!fp8_gemm(xq, *targets[i].w, biases[i], *targets[i].out))
-      matmul_packed_large(x, *targets[i].w, biases[i], *targets[i].out);
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  Fp8Rows xq{};
+  const void* xb = nullptr;
+  if (fp8) {
+    xq = fp8_rows_of(x);
+  } else {
+    flush();
+    void* conv = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+    EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, conv, n * k, stream_));
+    xb = conv;
+  }
+  // One GEMM on `stream`; false when cuBLASLt has no FP8 GEMM (then dequantized, on stream_).
+  auto gemm = [&](size_t i, cudaStream_t stream, void* ws) {
+    const MatmulTarget& t = targets[i];
+    if (fp8) return fp8_gemm(xq, *t.w, biases[i], *t.out, stream, ws);
+    const int64_t m = t.w->n_rows();
+    const Status st = lt_->matmul(DType::BF16, xb, t.w->data, t.out->as<float>(), n, m, k, ws, kLtWorkspaceBytes,
+                                  stream);
+    EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
+    if (biases[i]) EMBER_CUDA_CHECK(launch_add_bias(t.out->as<float>(), biases[i], n, m, stream));
+    return true;
+  };
+  // Side by side while the GEMMs are small enough to leave SMs idle (decode batches); a
+  // prefill chunk's GEMMs fill the GPU one at a time.
+  const int n_side = concurrent_gemms_ && n <= kConcurrentGemmMaxRows
+                         ? static_cast<int>(std::min<size_t>(targets.size() - 1, kSideStreams))
+                         : 0;
+  if (n_side > 0) EMBER_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const int side = i >= 1 && static_cast<int>(i) <= n_side ? static_cast<int>(i) - 1 : -1;
+    if (side >= 0) EMBER_CUDA_CHECK(cudaStreamWaitEvent(side_[side], fork_event_, 0));
+    const bool done = side >= 0 ? gemm(i, side_[side], side_ws_[side]) : gemm(i, stream_, lt_ws_);
+    if (!done) matmul_packed_large(x, *targets[i].w, biases[i], *targets[i].out);
+    if (side >= 0) EMBER_CUDA_CHECK(cudaEventRecord(join_event_[side], side_[side]));
+  }
+  for (int i = 0; i < n_side; ++i) EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_[i], 0));
 }
 
 // Packed FP8 weights and more rows than the GEMV takes: cuBLASLt's FP8 GEMM on e4m3 rows of x.
@@ -439,25 +492,28 @@ CudaBackend::Fp8Rows CudaBackend::fp8_rows_of(const Tensor& x) {
 // out = (x @ w^T) scaled by x's row scales and w's channel scales (+ bias), through cuBLASLt's
 // FP8 GEMM: the scales inside it (outer-vector scaling) where cuBLASLt offers that, else in a
 // kernel after it. False when cuBLASLt has no FP8 GEMM at all (the caller dequantizes).
-bool CudaBackend::fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out) {
+bool CudaBackend::fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out, cudaStream_t stream,
+                           void* workspace) {
+  if (!stream) stream = stream_;
+  if (!workspace) workspace = lt_ws_;
   const int64_t n = xq.n, m = w.n_rows();
   const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
                                                        qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
   if (fp8_outer_ok_) {
     const Status st = lt_->matmul_fp8_scaled(xq.q, w.data, out.as<float>(), n, m, xq.k_pad, xq.scale, w_scale,
-                                             lt_ws_, kLtWorkspaceBytes, stream_);
+                                             workspace, kLtWorkspaceBytes, stream);
     if (st.is_ok()) {
-      if (bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), bias, n, m, stream_));
+      if (bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), bias, n, m, stream));
       return true;
     }
     EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM with per-row scales ({}); scaling after the GEMM",
                    st.message());
     fp8_outer_ok_ = false;
   }
-  const Status st = lt_->matmul(DType::FP8_E4M3, xq.q, w.data, out.as<float>(), n, m, xq.k_pad, lt_ws_,
-                                kLtWorkspaceBytes, stream_);
+  const Status st = lt_->matmul(DType::FP8_E4M3, xq.q, w.data, out.as<float>(), n, m, xq.k_pad, workspace,
+                                kLtWorkspaceBytes, stream);
   if (st.is_ok()) {
-    EMBER_CUDA_CHECK(launch_scale_rows_cols(out.as<float>(), n, m, m, xq.scale, w_scale, bias, stream_));
+    EMBER_CUDA_CHECK(launch_scale_rows_cols(out.as<float>(), n, m, m, xq.scale, w_scale, bias, stream));
     return true;
   }
   EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM ({}); FP8 weights take dequantized BF16 GEMMs", st.message());
