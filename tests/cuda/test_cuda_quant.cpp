@@ -236,7 +236,8 @@ std::vector<float> fp8_rows(const std::vector<float>& x, int64_t n, int64_t k) {
 // The FP8 GEMM of batches past the GEMV against a reference on the same e4m3 x: what is left
 // is accumulation rounding, so a wrong row or channel scale (inside cuBLASLt or in the kernel
 // after it, EMBER_CUDA_FP8_OUTER=0) cannot hide in the e4m3 rounding of x. Widths take every
-// quantization kernel (<= 4096, <= 8192, <= 16384 and wider).
+// quantization kernel (<= 4096, <= 8192, <= 16384 and wider); k >= 8192 at <= 512 rows takes
+// the split-k pair of GEMMs (fp8_gemm_split_k), 600 rows the single GEMM.
 TEST(CudaQuant, Fp8GemmScalesExact) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -245,7 +246,8 @@ TEST(CudaQuant, Fp8GemmScalesExact) {
     bool bias;
   };
   const Case cases[] = {{36, 264, 9, false}, {132, 392, 40, true}, {64, 4104, 17, false},
-                        {20, 8200, 11, false}, {12, 16400, 10, true}, {44, 104, 33, false}};
+                        {20, 8200, 11, false}, {12, 16400, 10, true}, {44, 104, 33, false},
+                        {200, 14336, 252, true}, {40, 8200, 600, false}};
   uint32_t seed = 900;
   for (const Case& c : cases) {
     Packed p = make_packed("fp8", c.m, c.k, seed++);

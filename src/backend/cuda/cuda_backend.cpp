@@ -22,6 +22,7 @@ namespace {
 
 constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's recommended size on Hopper
 constexpr int64_t kConcurrentGemmMaxRows = 512;
+constexpr int64_t kSplitKMinK = 8192;  // the down projection's k (14336 at 8B), not q/k/v/o's 4096
 constexpr size_t kStagingBytes = 64u << 20;      // weight upload chunk
 
 class CudaBuffer final : public Buffer {
@@ -114,7 +115,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (void* p : graveyard_) cudaFree(p);
   for (void* p : weights_) cudaFree(p);
-  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_})
+  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_, &split_})
     if (s->p) cudaFree(s->p);
   if (iota_) cudaFree(iota_);
   if (argmax_dev_) cudaFree(argmax_dev_);
@@ -357,7 +358,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   if (n == 0 || m == 0) return;
   if (k > 0 && fp8_large(x, w)) {
-    if (fp8_gemm(fp8_rows_of(x), w, b, out)) return;
+    const Fp8Rows xq = fp8_rows_of(x);
+    if (fp8_gemm_split_k(xq, w, b, out) || fp8_gemm(xq, w, b, out)) return;
     flush();
   }
   if (pn_.active || pgl_.active) flush();  // before a GEMV joins x's producer
@@ -519,6 +521,30 @@ bool CudaBackend::fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias
   EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM ({}); FP8 weights take dequantized BF16 GEMMs", st.message());
   fp8_lt_ok_ = false;
   return false;
+}
+
+bool CudaBackend::fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out) {
+  const int64_t n = xq.n, m = w.n_rows(), k = xq.k_pad, half = k / 2;
+  const int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);  // cuBLASLt's 128 x 128 tiles
+  if (!concurrent_gemms_ || !fp8_outer_ok_ || n > kConcurrentGemmMaxRows || k < kSplitKMinK || half % 16 != 0 ||
+      2 * tiles > num_sms_)
+    return false;
+  const auto* w8 = static_cast<const uint8_t*>(w.data);
+  const auto* w_scale = reinterpret_cast<const float*>(w8 + qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
+  auto* part = static_cast<float*>(scratch(split_, static_cast<size_t>(n * m) * sizeof(float)));
+  EMBER_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(side_[0], fork_event_, 0));
+  Status st = lt_->matmul_fp8_scaled(xq.q, w8, out.as<float>(), n, m, half, xq.scale, w_scale, lt_ws_,
+                                     kLtWorkspaceBytes, stream_, k);
+  if (st.is_ok())
+    st = lt_->matmul_fp8_scaled(xq.q + half, w8 + half, part, n, m, k - half, xq.scale, w_scale, side_ws_[0],
+                                kLtWorkspaceBytes, side_[0], k);
+  EMBER_CUDA_CHECK(cudaEventRecord(join_event_[0], side_[0]));
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_[0], 0));
+  EMBER_CHECK(st.is_ok(), "matmul (split k): {}", st.message());
+  EMBER_CUDA_CHECK(launch_add(out.as<float>(), part, out.as<float>(), n * m, stream_));
+  if (bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), bias, n, m, stream_));
+  return true;
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,

@@ -204,6 +204,11 @@ class CudaBackend final : public Backend, public CudaStep {
   cudaEvent_t fork_event_ = nullptr;
   cudaEvent_t join_event_[kSideStreams] = {};
   bool concurrent_gemms_ = true;  // EMBER_CUDA_CONCURRENT_GEMMS=0: one after another
+  // A long-k FP8 GEMM with too few tiles to fill the GPU (the down projection at decode batch
+  // sizes: 64 CTAs) as two GEMMs over the halves of k side by side, the second into split_
+  // and added after. False when the shape does not qualify (nothing launched).
+  bool fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out);
+  Scratch split_;
   Scratch meta_, xconv_, attn_ws_, staging_, step_dev_, qdeq_, xq_;
   int weight_format_ = -1;  // -1 BF16, else a QFormat
   bool fp8_lt_ok_ = true;   // cuBLASLt took the FP8 GEMM (else dequantized BF16 GEMMs)

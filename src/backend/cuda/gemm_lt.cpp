@@ -105,9 +105,10 @@ Status LtGemm::run(Plan& p, const void* x, const void* w, float* out, void* work
 
 Status LtGemm::matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
                                  const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int64_t ld) {
   if (n == 0 || m == 0) return Status::ok();
-  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(DType::FP8_E4M3, n, m, k, ws_bytes, k, k, m, w_scale, x_scale));
+  if (ld <= 0) ld = k;
+  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(DType::FP8_E4M3, n, m, k, ws_bytes, ld, ld, m, w_scale, x_scale));
   // The scale vectors change with every weight and step: set on the plan's descriptor per call
   // (one thread drives the backend's stream, so the cached descriptor is never shared).
   LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));

@@ -33,9 +33,10 @@ class LtGemm {
   // FP8 e4m3 x [n, k] and w [m, k] with one scale per row of each, applied inside the GEMM by
   // cuBLASLt's outer-vector scaling: out[j, r] = x_scale[j] * w_scale[r] * (x_j . w_r).
   // An error when this cuBLASLt / GPU offers no such algorithm (the caller scales itself).
+  // ld: the row stride of x and w in bytes (0: k), for a GEMM over a slice of their columns.
   Status matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
                            const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
-                           cudaStream_t stream);
+                           cudaStream_t stream, int64_t ld = 0);
 
  private:
   struct Plan {
