@@ -8,6 +8,8 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRopeHeads = 8;     // heads of one token per rope_kv_store block ...
+constexpr int kRopeThreads = 128; // ... 4 rotated pairs a thread at head_dim 128
 
 // One block per output row.
 template <typename T>
@@ -36,61 +38,66 @@ __global__ void kv_store_kernel(const float* __restrict__ src0, T* __restrict__ 
 }
 
 // RoPE of q [n, hq, D] and k [n, hk, D] in place (rotary_dim == D), and the rotated k and
-// v [n, hk, D] stored into the caches at slots (< 0 skipped): one thread per rotated pair,
-// then one per v element.
+// v [n, hk, D] stored into the caches at slots (< 0 skipped). Block (t, y) covers heads
+// [y * kRopeHeads, ..) of token t and the y-th part of its v row: the token's cos and sin
+// first (one sincosf per rotated pair for kRopeHeads heads; per head and pair, with 64-bit
+// index divisions, this kernel was compute-bound in prefill) into shared memory, then a thread
+// per rotated pair, then per element of v. Several blocks a token keep decode batches (a few
+// hundred tokens) spread over the SMs.
 template <typename T>
 __global__ void rope_kv_store_kernel(float* q, int hq, float* k, const float* __restrict__ v, int hk,
                                      const int32_t* __restrict__ positions,
                                      const float* __restrict__ inv_freq,
-                                     const int32_t* __restrict__ slots, int64_t n, int D, bool neox,
+                                     const int32_t* __restrict__ slots, int D, bool neox,
                                      float factor, T* __restrict__ k_cache, T* __restrict__ v_cache) {
+  extern __shared__ float s_cs[];  // [half] cos, then [half] sin, both times factor
   pdl_wait();
   pdl_launch_dependents();
-  const int half = D / 2, heads = hq + hk;
-  const int64_t row = static_cast<int64_t>(hk) * D;
-  const int64_t n_rope = n * heads * half, total = n_rope + n * row;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    if (idx < n_rope) {
-      const int i = static_cast<int>(idx % half);
-      const int64_t th = idx / half;  // token * heads + head
-      const int64_t t = th / heads;
-      const int h = static_cast<int>(th % heads);
-      float* x = h < hq ? q + (t * hq + h) * D : k + (t * hk + (h - hq)) * D;
-      const float theta = static_cast<float>(positions[t]) * inv_freq[i];
-      float sn, cs;
-      sincosf(theta, &sn, &cs);
-      cs *= factor;
-      sn *= factor;
-      const int i0 = neox ? i : 2 * i;
-      const int i1 = neox ? i + half : 2 * i + 1;
-      const float a = x[i0], b = x[i1];
-      const float r0 = a * cs - b * sn, r1 = a * sn + b * cs;
-      x[i0] = r0;
-      x[i1] = r1;
-      if (h >= hq) {
-        const int32_t slot = slots[t];
-        if (slot >= 0) {
-          T* c = k_cache + static_cast<int64_t>(slot) * row + static_cast<int64_t>(h - hq) * D;
-          c[i0] = from_float<T>(r0);
-          c[i1] = from_float<T>(r1);
-        }
-      }
-    } else {
-      const int64_t e = idx - n_rope, t = e / row, r = e % row;
-      const int32_t slot = slots[t];
-      if (slot >= 0) v_cache[static_cast<int64_t>(slot) * row + r] = from_float<T>(v[t * row + r]);
+  const int half = D / 2, row = hk * D;
+  const int64_t t = blockIdx.x;
+  const int h_begin = blockIdx.y * kRopeHeads, h_end = min(hq + hk, h_begin + kRopeHeads);
+  const int v_part = (row + gridDim.y - 1) / gridDim.y;
+  const int v_begin = blockIdx.y * v_part, v_end = min(row, v_begin + v_part);
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cs;
+    sincosf(pos * inv_freq[i], &sn, &cs);
+    s_cs[i] = cs * factor;
+    s_cs[half + i] = sn * factor;
+  }
+  __syncthreads();
+  const int32_t slot = slots[t];
+  float* qt = q + t * hq * D;
+  float* kt = k + t * row;
+  for (int p = h_begin * half + threadIdx.x; p < h_end * half; p += blockDim.x) {
+    const int h = p / half, i = p - h * half;
+    float* x = h < hq ? qt + h * D : kt + (h - hq) * D;
+    const float cs = s_cs[i], sn = s_cs[half + i];
+    const int i0 = neox ? i : 2 * i;
+    const int i1 = neox ? i + half : 2 * i + 1;
+    const float a = x[i0], b = x[i1];
+    const float r0 = a * cs - b * sn, r1 = a * sn + b * cs;
+    x[i0] = r0;
+    x[i1] = r1;
+    if (h >= hq && slot >= 0) {
+      T* c = k_cache + static_cast<int64_t>(slot) * row + (h - hq) * D;
+      c[i0] = from_float<T>(r0);
+      c[i1] = from_float<T>(r1);
     }
   }
+  if (slot < 0) return;
+  T* vc = v_cache + static_cast<int64_t>(slot) * row;
+  const float* vt = v + t * row;
+  for (int r = v_begin + threadIdx.x; r < v_end; r += blockDim.x) vc[r] = from_float<T>(vt[r]);
 }
 
 template <typename T>
 cudaError_t rope_kv_store_typed(const RopeKvStoreArgs& a, cudaStream_t stream, bool pdl) {
-  const int64_t total = a.n * (a.hq + a.hk) * (a.head_dim / 2) + a.n * a.hk * a.head_dim;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535 * 4));
-  return launch_kernel(rope_kv_store_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, pdl, a.q, a.hq,
-                       a.k, a.v, a.hk, a.positions, a.inv_freq, a.slots, a.n, a.head_dim, a.neox,
-                       a.factor, static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache));
+  const size_t smem = static_cast<size_t>(a.head_dim) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>((a.hq + a.hk + kRopeHeads - 1) / kRopeHeads));
+  return launch_kernel(rope_kv_store_kernel<T>, grid, dim3(kRopeThreads), smem, stream, pdl,
+                       a.q, a.hq, a.k, a.v, a.hk, a.positions, a.inv_freq, a.slots, a.head_dim, a.neox, a.factor,
+                       static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache));
 }
 
 template <typename T>
