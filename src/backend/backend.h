@@ -92,6 +92,13 @@ class Backend {
   virtual void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
     for (const MatmulTarget& t : targets) matmul(x, *t.w, t.bias, *t.out);
   }
+  // acc += x @ w^T in one pass where the backend can (a GEMM that adds into its output);
+  // false: nothing was done, and the caller runs matmul and add.   x [n, k], w [m, k], acc
+  // [n, m] F32 (the residual stream: out projections of Llama-style layers)
+  virtual bool matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& acc) {
+    (void)x, (void)w, (void)acc;
+    return false;
+  }
   // Rotates x in place: x [n, n_heads, head_dim], positions host [n].
   virtual void rope(Tensor& x, const int32_t* positions, const RopeParams& p) = 0;
   // Writes this step's K/V into cache slots: k, v [n, n_kv_heads, head_dim], slots host [n]

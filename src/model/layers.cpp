@@ -22,7 +22,16 @@ Tensor heads_view(const Tensor& t, int64_t n, int heads, int head_dim) {
 }
 }  // namespace
 
-void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLayer& kv) {
+namespace {
+// out = in @ w^T, or residual += in @ w^T when a residual is given.
+void project_out(Backend& be, const Tensor& in, const Tensor& w, Tensor& out, Tensor* residual) {
+  if (residual && be.matmul_accumulate(in, w, *residual)) return;
+  be.matmul(in, w, nullptr, out);
+  if (residual) be.add(*residual, out, *residual);
+}
+}  // namespace
+
+void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLayer& kv, Tensor* residual) {
   const auto& c = ctx.config;
   auto& be = ctx.backend;
   const int64_t n = ctx.batch.n_tokens();
@@ -65,10 +74,10 @@ void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLaye
   be.attention(q3, kv, ctx.attn_batch, ap, attn);
   Tensor attn2 = rows_view(ctx.act.attn, n, q_dim);
   Tensor o = rows_view(ctx.act.o, n, c.d_model);
-  be.matmul(attn2, w.wo, nullptr, o);
+  project_out(be, attn2, w.wo, o, residual);
 }
 
-void mlp_block(LayerContext& ctx, const LayerWeights& w) {
+void mlp_block(LayerContext& ctx, const LayerWeights& w, Tensor* residual) {
   const auto& c = ctx.config;
   auto& be = ctx.backend;
   const int64_t n = ctx.batch.n_tokens();
@@ -79,7 +88,7 @@ void mlp_block(LayerContext& ctx, const LayerWeights& w) {
   be.matmul_many(h, gate_up);
   be.glu(gate, up, c.gelu_tanh, gate);
   Tensor o = rows_view(ctx.act.o, n, c.d_model);
-  be.matmul(gate, w.w_down, nullptr, o);
+  project_out(be, gate, w.w_down, o, residual);
 }
 
 }  // namespace ember

@@ -20,9 +20,11 @@ struct LayerContext {
 
 // Self-attention of layer `index` on normalized input act.h [n, d_model]; result in act.o.
 // Applies biases and q/k norms when the layer has them.
-void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLayer& kv);
+// residual: when given, the block's output projection is added into it (x += o) instead of
+// written to act.o, in one pass where the backend can (Backend::matmul_accumulate).
+void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLayer& kv, Tensor* residual = nullptr);
 // Gated MLP on act.h; result in act.o.
-void mlp_block(LayerContext& ctx, const LayerWeights& w);
+void mlp_block(LayerContext& ctx, const LayerWeights& w, Tensor* residual = nullptr);
 // View of the first rows of a [rows, cols] activation buffer.
 Tensor rows_view(const Tensor& t, int64_t rows, int64_t cols);
 

@@ -10,13 +10,10 @@ void llama_layer(LayerContext& ctx, int index, const LayerWeights& w, KvLayer& k
   const int64_t n = ctx.batch.n_tokens();
   Tensor x = rows_view(ctx.act.x, n, c.d_model);  // residual stream [n, d_model]
   Tensor h = rows_view(ctx.act.h, n, c.d_model);
-  Tensor o = rows_view(ctx.act.o, n, c.d_model);
   be.rms_norm(x, w.attn_norm, c.norm_eps, h);
-  attention_block(ctx, index, w, kv);
-  be.add(x, o, x);
+  attention_block(ctx, index, w, kv, &x);  // x += o
   be.rms_norm(x, w.ffn_norm, c.norm_eps, h);
-  mlp_block(ctx, w);
-  be.add(x, o, x);
+  mlp_block(ctx, w, &x);  // x += o
 }
 
 }  // namespace ember

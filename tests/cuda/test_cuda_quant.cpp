@@ -370,6 +370,64 @@ TEST(CudaQuant, MatmulManySideStreamsEqualOneByOne) {
   step->drop_graphs();
 }
 
+// matmul_accumulate (acc += x @ w^T, the out projections of Llama-style layers): the GEMM
+// paths add into acc inside cuBLASLt (FP8 with its scales, split-k at k >= 8192 leaving a
+// pending add that a following RMSNorm of acc takes; BF16), the GEMV paths decline. Against
+// acc + matmul, and the RMSNorm that follows against one of the reference sum.
+TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* format;
+    int64_t m, k;
+    int n;
+    bool taken;
+  };
+  const Case cases[] = {{"fp8", 136, 520, 24, true},  {"fp8", 136, 520, 700, true}, {"fp8", 72, 8200, 252, true},
+                        {"fp8", 72, 8200, 600, true}, {"fp8", 136, 520, 3, false},  {"bf16", 136, 520, 24, true},
+                        {"bf16", 136, 520, 3, false}};
+  uint32_t seed = 1200;
+  for (const Case& c : cases) {
+    Tensor w;
+    std::vector<uint8_t> raw;
+    Packed packed;
+    if (std::string(c.format) == "fp8") {
+      packed = make_packed("fp8", c.m, c.k, seed++);
+      w = packed.t;
+    } else {
+      raw = cuda_test::encode(DType::BF16, random_floats(static_cast<size_t>(c.m * c.k), seed++));
+      auto r = backend()->prepare_weight(make_tensor(raw.data(), DType::BF16, {c.m, c.k}));
+      ASSERT_TRUE(r.is_ok()) << r.message();
+      w = *r;
+    }
+    auto x = dev_floats(random_floats(static_cast<size_t>(c.n * c.k), seed++), {c.n, c.k});
+    const auto acc0 = random_floats(static_cast<size_t>(c.n * c.m), seed++, -4.0f, 4.0f);
+    auto acc = dev_floats(acc0, {c.n, c.m});
+    auto prod = dev_tensor(DType::F32, {c.n, c.m});
+    backend()->matmul(x.t, w, nullptr, prod.t);
+    const auto p = download_floats(prod.t);
+    std::vector<double> want(acc0.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = double(acc0[i]) + p[i];
+    const bool taken = backend()->matmul_accumulate(x.t, w, acc.t);
+    EXPECT_EQ(taken, c.taken) << c.format << " n " << c.n << " k " << c.k;
+    if (!taken) continue;
+    // The RMSNorm of acc right after (as the next layer's attention norm): it takes a pending
+    // add of the split-k half, and acc itself holds the whole sum afterwards.
+    const auto nw = random_floats(static_cast<size_t>(c.m), seed++, 0.5f, 1.5f);
+    auto dnw = dev_floats(nw, {c.m});
+    auto normed = dev_tensor(DType::F32, {c.n, c.m});
+    backend()->rms_norm(acc.t, dnw.t, 1e-6f, normed.t);
+    EXPECT_LT(cuda_test::rel_error(download_floats(acc.t), want), 1e-6) << c.format << " n " << c.n << " k " << c.k;
+    std::vector<double> want_norm(want.size());
+    for (int r = 0; r < c.n; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < c.m; ++i) ss += want[r * c.m + i] * want[r * c.m + i];
+      const double inv = 1.0 / std::sqrt(ss / c.m + 1e-6);
+      for (int64_t i = 0; i < c.m; ++i) want_norm[r * c.m + i] = want[r * c.m + i] * inv * nw[i];
+    }
+    EXPECT_LT(cuda_test::rel_error(download_floats(normed.t), want_norm), 1e-5) << c.format << " n " << c.n << " k " << c.k;
+  }
+}
+
 // (add +) RMSNorm and GLU of more rows than the GEMV takes, followed by FP8 GEMMs of their
 // output: the norm / GLU kernel writes the e4m3 rows itself. Everything (the residual sum,
 // the norm and GLU outputs, the GEMM results) must equal the unfused sequence bit for bit;

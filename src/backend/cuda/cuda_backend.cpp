@@ -94,6 +94,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   EMBER_CUDA_TRY(cudaMalloc(&be->lt_ws_, kLtWorkspaceBytes));
   const char* concurrent = std::getenv("EMBER_CUDA_CONCURRENT_GEMMS");
   be->concurrent_gemms_ = !(concurrent && std::string(concurrent) == "0");
+  const char* accumulate = std::getenv("EMBER_CUDA_ACCUMULATE");
+  be->accumulate_gemms_ = !(accumulate && std::string(accumulate) == "0");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
     EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->side_[i], cudaStreamNonBlocking));
@@ -523,27 +525,66 @@ bool CudaBackend::fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias
   return false;
 }
 
-bool CudaBackend::fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out) {
+bool CudaBackend::fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out,
+                                   bool accumulate) {
   const int64_t n = xq.n, m = w.n_rows(), k = xq.k_pad, half = k / 2;
   const int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);  // cuBLASLt's 128 x 128 tiles
   if (!concurrent_gemms_ || !fp8_outer_ok_ || n > kConcurrentGemmMaxRows || k < kSplitKMinK || half % 16 != 0 ||
       2 * tiles > num_sms_)
     return false;
+  flush();  // a pending add of its own becomes the new one below
   const auto* w8 = static_cast<const uint8_t*>(w.data);
   const auto* w_scale = reinterpret_cast<const float*>(w8 + qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
   auto* part = static_cast<float*>(scratch(split_, static_cast<size_t>(n * m) * sizeof(float)));
   EMBER_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
   EMBER_CUDA_CHECK(cudaStreamWaitEvent(side_[0], fork_event_, 0));
   Status st = lt_->matmul_fp8_scaled(xq.q, w8, out.as<float>(), n, m, half, xq.scale, w_scale, lt_ws_,
-                                     kLtWorkspaceBytes, stream_, k);
+                                     kLtWorkspaceBytes, stream_, k, accumulate);
   if (st.is_ok())
     st = lt_->matmul_fp8_scaled(xq.q + half, w8 + half, part, n, m, k - half, xq.scale, w_scale, side_ws_[0],
                                 kLtWorkspaceBytes, side_[0], k);
   EMBER_CUDA_CHECK(cudaEventRecord(join_event_[0], side_[0]));
   EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_[0], 0));
   EMBER_CHECK(st.is_ok(), "matmul (split k): {}", st.message());
-  EMBER_CUDA_CHECK(launch_add(out.as<float>(), part, out.as<float>(), n * m, stream_));
   if (bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), bias, n, m, stream_));
+  if (fuse_) {
+    pa_ = PendingAdd{true, out.as<float>(), part, out.as<float>(), n * m};
+  } else {
+    EMBER_CUDA_CHECK(launch_add(out.as<float>(), part, out.as<float>(), n * m, stream_));
+  }
+  return true;
+}
+
+// acc += x @ w^T in the GEMM (cuBLASLt reads acc as C) for the GEMM paths: packed FP8 with
+// the scales inside the GEMM, and BF16. The GEMV paths (a few rows) decline: their kernels
+// write, not add.
+bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& acc) {
+  if (!fuse_ || !accumulate_gemms_ || !x.valid() || x.device != Device::CUDA || x.dtype != DType::F32 || !acc.valid() ||
+      acc.device != Device::CUDA || acc.dtype != DType::F32)
+    return false;
+  check_matmul(x, w, nullptr, acc);
+  const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
+  if (n == 0 || m == 0 || k == 0 ||
+      overlaps(acc.data, acc.nbytes(), x.data, static_cast<size_t>(n * k) * sizeof(float)))
+    return false;
+  if (fp8_large(x, w)) {
+    if (!fp8_outer_ok_) return false;
+    const Fp8Rows xq = fp8_rows_of(x);
+    if (fp8_gemm_split_k(xq, w, nullptr, acc, /*accumulate=*/true)) return true;
+    flush();  // a pending add into acc lands before the GEMM reads acc
+    const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
+                                                         qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
+    return lt_->matmul_fp8_scaled(xq.q, w.data, acc.as<float>(), n, m, xq.k_pad, xq.scale, w_scale, lt_ws_,
+                                  kLtWorkspaceBytes, stream_, 0, /*accumulate=*/true)
+        .is_ok();
+  }
+  if (is_packed(w) || w.dtype != DType::BF16 || n <= kGemvMaxBatch) return false;
+  flush();
+  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+  EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
+  const Status st = lt_->matmul(DType::BF16, xb, w.data, acc.as<float>(), n, m, k, lt_ws_, kLtWorkspaceBytes,
+                                stream_, 0, 0, 0, /*accumulate=*/true);
+  EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
   return true;
 }
 

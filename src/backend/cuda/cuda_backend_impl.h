@@ -36,6 +36,12 @@
 
 namespace ember::cuda {
 
+// Whether byte ranges [a, a + an) and [b, b + bn) share a byte.
+inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + bn && pb < pa + an;
+}
+
 class CudaBackend final : public Backend, public CudaStep {
  public:
   static Result<std::unique_ptr<Backend>> create(int device);
@@ -53,6 +59,7 @@ class CudaBackend final : public Backend, public CudaStep {
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override;
+  bool matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& acc) override;
   void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override;
   void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) override;
   void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
@@ -204,10 +211,12 @@ class CudaBackend final : public Backend, public CudaStep {
   cudaEvent_t fork_event_ = nullptr;
   cudaEvent_t join_event_[kSideStreams] = {};
   bool concurrent_gemms_ = true;  // EMBER_CUDA_CONCURRENT_GEMMS=0: one after another
+  bool accumulate_gemms_ = true;  // EMBER_CUDA_ACCUMULATE=0: matmul_accumulate declines
   // A long-k FP8 GEMM with too few tiles to fill the GPU (the down projection at decode batch
   // sizes: 64 CTAs) as two GEMMs over the halves of k side by side, the second into split_
-  // and added after. False when the shape does not qualify (nothing launched).
-  bool fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out);
+  // and added by a pending add (out = out + split_, fused into a following RMSNorm of out).
+  // accumulate: out += the product. False when the shape does not qualify (nothing launched).
+  bool fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out, bool accumulate = false);
   Scratch split_;
   Scratch meta_, xconv_, attn_ws_, staging_, step_dev_, qdeq_, xq_;
   int weight_format_ = -1;  // -1 BF16, else a QFormat

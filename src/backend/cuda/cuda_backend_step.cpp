@@ -18,11 +18,6 @@ constexpr size_t kAlign = 16;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + bn && pb < pa + an;
-}
-
 }  // namespace
 
 void* CudaBackend::scratch(Scratch& s, size_t bytes) {

@@ -86,18 +86,18 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
 
 Status LtGemm::matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
                       int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw,
-                      int64_t ldx, int64_t ldo) {
+                      int64_t ldx, int64_t ldo, bool accumulate) {
   if (type != DType::BF16 && type != DType::F32 && type != DType::FP8_E4M3)
     return Status::errorf("cuBLASLt GEMM: unsupported dtype {}", dtype_name(type));
   if (n == 0 || m == 0) return Status::ok();
   EMBER_ASSIGN_OR_RETURN(Plan * p, plan(type, n, m, k, ws_bytes, ldw > 0 ? ldw : k, ldx > 0 ? ldx : k,
                                         ldo > 0 ? ldo : m));
-  return run(*p, x, w, out, workspace, ws_bytes, stream);
+  return run(*p, x, w, out, workspace, ws_bytes, stream, accumulate);
 }
 
 Status LtGemm::run(Plan& p, const void* x, const void* w, float* out, void* workspace, size_t ws_bytes,
-                   cudaStream_t stream) {
-  const float alpha = 1.0f, beta = 0.0f;
+                   cudaStream_t stream, bool accumulate) {
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   LT_TRY(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
                         workspace, ws_bytes, stream));
   return Status::ok();
@@ -105,7 +105,7 @@ Status LtGemm::run(Plan& p, const void* x, const void* w, float* out, void* work
 
 Status LtGemm::matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
                                  const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
-                                 cudaStream_t stream, int64_t ld) {
+                                 cudaStream_t stream, int64_t ld, bool accumulate) {
   if (n == 0 || m == 0) return Status::ok();
   if (ld <= 0) ld = k;
   EMBER_ASSIGN_OR_RETURN(Plan * p, plan(DType::FP8_E4M3, n, m, k, ws_bytes, ld, ld, m, w_scale, x_scale));
@@ -113,7 +113,7 @@ Status LtGemm::matmul_fp8_scaled(const void* x, const void* w, float* out, int64
   // (one thread drives the backend's stream, so the cached descriptor is never shared).
   LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
   LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)));
-  return run(*p, x, w, out, workspace, ws_bytes, stream);
+  return run(*p, x, w, out, workspace, ws_bytes, stream, accumulate);
 }
 
 }  // namespace ember::cuda

@@ -27,16 +27,17 @@ class LtGemm {
   // type: BF16, F32 or FP8_E4M3 (the dtype of both x and w; FP8 products are unscaled).
   // workspace: device scratch of ws_bytes. ldw / ldx: row strides of w / x in elements,
   // ldo: of out (0: k, k, m).
+  // accumulate: out += x @ w^T (the GEMM reads out as its C) instead of out = x @ w^T.
   Status matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
                 int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw = 0,
-                int64_t ldx = 0, int64_t ldo = 0);
+                int64_t ldx = 0, int64_t ldo = 0, bool accumulate = false);
   // FP8 e4m3 x [n, k] and w [m, k] with one scale per row of each, applied inside the GEMM by
   // cuBLASLt's outer-vector scaling: out[j, r] = x_scale[j] * w_scale[r] * (x_j . w_r).
   // An error when this cuBLASLt / GPU offers no such algorithm (the caller scales itself).
   // ld: the row stride of x and w in bytes (0: k), for a GEMM over a slice of their columns.
   Status matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
                            const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
-                           cudaStream_t stream, int64_t ld = 0);
+                           cudaStream_t stream, int64_t ld = 0, bool accumulate = false);
 
  private:
   struct Plan {
@@ -50,7 +51,7 @@ class LtGemm {
                      int64_t ldx, int64_t ldo, const float* a_scale = nullptr, const float* b_scale = nullptr);
   static void destroy(Plan& p);
   Status run(Plan& p, const void* x, const void* w, float* out, void* workspace, size_t ws_bytes,
-             cudaStream_t stream);
+             cudaStream_t stream, bool accumulate);
 
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, Plan> plans_;
