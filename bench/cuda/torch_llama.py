@@ -7,7 +7,10 @@ weights), beside `ember bench speed --device cuda` in the same run.
     KV cache, SDPA over the cache with a mask), eager and with each decode step captured in a
     CUDA graph (torch.cuda.CUDAGraph); the next token is fed back on the GPU (no host sync per
     token, unlike ember's sampler, which reads the logits every step);
-  - torch-compile (--compile): the same step through torch.compile(mode="reduce-overhead");
+  - torch-compile (--compile): the same step through torch.compile(mode="reduce-overhead").
+    Measured on an H200 (torch 2.11), inductor skips its CUDA graphs here ("mutated inputs":
+    the K/V cache written by index_copy_), so this is compiled kernels without graphs; the
+    torch-graph loop is the CUDA-graph baseline;
   - transformers (--hf): LlamaForCausalLM.generate, greedy, eager, dynamic cache;
   - prefill: one forward pass over a 4096-token prompt (SDPA causal), i.e. time to first token.
 Decode: 128-token prompt, then 256 greedy steps, tokens/s of the steps. Prints RESULT| lines.
