@@ -73,6 +73,10 @@ class EmberServer:
         return self.url + "/v1"
 
     def log(self):
+        if self.proc.poll() is not None:
+            # The reader thread may still be behind on the last lines of an exited process;
+            # its pipe is at EOF now, so this join ends.
+            self._reader.join(10)
         return "\n".join(self.log_lines[-80:])
 
     def wait_ready(self, timeout=120):
