@@ -410,8 +410,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
 // quantized or converted once for all of them, and at decode batch sizes the GEMMs run side by
 // side (side_ streams).
 void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
-  bool fp8 = targets.size() > 1 && x.valid() && x.device == Device::CUDA && x.dtype == DType::F32;
-  bool bf16 = fp8 && x.n_rows() > kGemvMaxBatch && x.n_cols() > 0;
+  const bool shared_x = targets.size() > 1 && x.valid() && x.device == Device::CUDA && x.dtype == DType::F32;
+  bool fp8 = shared_x, bf16 = shared_x && x.n_rows() > kGemvMaxBatch && x.n_cols() > 0;
   for (const MatmulTarget& t : targets) {
     fp8 = fp8 && fp8_large(x, *t.w);
     bf16 = bf16 && t.w->device == Device::CUDA && t.w->dtype == DType::BF16;
@@ -537,12 +537,14 @@ bool CudaBackend::fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const flo
   const auto* w_scale = reinterpret_cast<const float*>(w8 + qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
   auto* part = static_cast<float*>(scratch(split_, static_cast<size_t>(n * m) * sizeof(float)));
   EMBER_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
-  EMBER_CUDA_CHECK(cudaStreamWaitEvent(side_[0], fork_event_, 0));
   Status st = lt_->matmul_fp8_scaled(xq.q, w8, out.as<float>(), n, m, half, xq.scale, w_scale, lt_ws_,
                                      kLtWorkspaceBytes, stream_, k, accumulate);
-  if (st.is_ok())
-    st = lt_->matmul_fp8_scaled(xq.q + half, w8 + half, part, n, m, k - half, xq.scale, w_scale, side_ws_[0],
-                                kLtWorkspaceBytes, side_[0], k);
+  // Declined before anything ran (no outer-vector scaling on this GPU): the caller's one GEMM
+  // finds out and falls back. The side stream has not joined yet, so a capture stays whole.
+  if (!st.is_ok()) return false;
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(side_[0], fork_event_, 0));
+  st = lt_->matmul_fp8_scaled(xq.q + half, w8 + half, part, n, m, k - half, xq.scale, w_scale, side_ws_[0],
+                              kLtWorkspaceBytes, side_[0], k);
   EMBER_CUDA_CHECK(cudaEventRecord(join_event_[0], side_[0]));
   EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_[0], 0));
   EMBER_CHECK(st.is_ok(), "matmul (split k): {}", st.message());
