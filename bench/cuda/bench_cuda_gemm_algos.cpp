@@ -12,6 +12,8 @@
 // >= 768 MiB so the 60 MiB L2 serves none of them.
 //
 //   bench_cuda_gemm_algos [rows...]   (default 252 64)
+#include "backend/cuda/cuda_check.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -23,21 +25,11 @@
 
 namespace {
 
-#define CK(expr)                                                                                  \
-  do {                                                                                            \
-    const cudaError_t _e = (expr);                                                                \
-    if (_e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-#define LK(expr)                                                                                    \
-  do {                                                                                              \
-    const cublasStatus_t _s = (expr);                                                               \
-    if (_s != CUBLAS_STATUS_SUCCESS) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cublasLtGetStatusName(_s)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
+// cuBLASLt calls that must succeed (the CUDA runtime's: EMBER_CUDA_CHECK).
+#define LK(expr)                                                                                       \
+  do {                                                                                                 \
+    const cublasStatus_t _s = (expr);                                                                  \
+    EMBER_CHECK(_s == CUBLAS_STATUS_SUCCESS, "{}: {}", #expr, cublasLtGetStatusName(_s));             \
   } while (0)
 
 constexpr size_t kWorkspace = 32u << 20;
@@ -102,33 +94,33 @@ double time_algo(Problem& p, const cublasLtMatmulAlgo_t& algo, cudaStream_t s) {
   const int per_graph = static_cast<int>(std::min<size_t>(p.ws_rot.size(), 40));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  EMBER_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   bool ok = true;
   for (int i = 0; i < per_graph; ++i) ok = ok && launch(i) == CUBLAS_STATUS_SUCCESS;
-  CK(cudaStreamEndCapture(s, &graph));
+  EMBER_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   if (!ok) {
-    CK(cudaGraphDestroy(graph));
+    EMBER_CUDA_CHECK(cudaGraphDestroy(graph));
     return -1.0;
   }
-  CK(cudaGraphInstantiate(&exec, graph, 0));
+  EMBER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  EMBER_CUDA_CHECK(cudaEventCreate(&e0));
+  EMBER_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> us;
-  CK(cudaGraphLaunch(exec, s));
+  EMBER_CUDA_CHECK(cudaGraphLaunch(exec, s));
   for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(e0, s));
-    CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
+    EMBER_CUDA_CHECK(cudaEventRecord(e0, s));
+    EMBER_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    EMBER_CUDA_CHECK(cudaEventRecord(e1, s));
+    EMBER_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    EMBER_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     us.push_back(1e3 * ms / per_graph);
   }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
+  EMBER_CUDA_CHECK(cudaEventDestroy(e0));
+  EMBER_CUDA_CHECK(cudaEventDestroy(e1));
+  EMBER_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  EMBER_CUDA_CHECK(cudaGraphDestroy(graph));
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
 }
@@ -143,13 +135,13 @@ void bench_shape(cublasLtHandle_t lt, const Shape& sh, int64_t n, void* pool, si
   for (size_t i = 0; i < copies; ++i) p.ws_rot.push_back(static_cast<uint8_t*>(pool) + i * w_bytes);
   void* x = nullptr;
   float *out = nullptr, *xs = nullptr, *wsc = nullptr;
-  CK(cudaMalloc(&x, static_cast<size_t>(n * k)));
-  CK(cudaMemset(x, 0x38, static_cast<size_t>(n * k)));  // e4m3 1.0
-  CK(cudaMalloc(&out, static_cast<size_t>(n * m) * 4));
-  CK(cudaMalloc(&xs, static_cast<size_t>(n) * 4));
-  CK(cudaMalloc(&wsc, static_cast<size_t>(m) * 4));
-  CK(cudaMemset(xs, 0, static_cast<size_t>(n) * 4));
-  CK(cudaMemset(wsc, 0, static_cast<size_t>(m) * 4));
+  EMBER_CUDA_CHECK(cudaMalloc(&x, static_cast<size_t>(n * k)));
+  EMBER_CUDA_CHECK(cudaMemset(x, 0x38, static_cast<size_t>(n * k)));  // e4m3 1.0
+  EMBER_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(n * m) * 4));
+  EMBER_CUDA_CHECK(cudaMalloc(&xs, static_cast<size_t>(n) * 4));
+  EMBER_CUDA_CHECK(cudaMalloc(&wsc, static_cast<size_t>(m) * 4));
+  EMBER_CUDA_CHECK(cudaMemset(xs, 0, static_cast<size_t>(n) * 4));
+  EMBER_CUDA_CHECK(cudaMemset(wsc, 0, static_cast<size_t>(m) * 4));
   p.x = x;
   p.out = out;
   p.x_scale = xs;
@@ -227,7 +219,7 @@ void bench_shape(cublasLtHandle_t lt, const Shape& sh, int64_t n, void* pool, si
   cublasLtMatrixLayoutDestroy(p.b);
   cublasLtMatrixLayoutDestroy(p.d);
   cublasLtMatmulDescDestroy(p.op);
-  for (void* q : {x, static_cast<void*>(out), static_cast<void*>(xs), static_cast<void*>(wsc)}) CK(cudaFree(q));
+  for (void* q : {x, static_cast<void*>(out), static_cast<void*>(xs), static_cast<void*>(wsc)}) EMBER_CUDA_CHECK(cudaFree(q));
 }
 
 }  // namespace
@@ -236,24 +228,24 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows;
   for (int i = 1; i < argc; ++i) rows.push_back(std::atoll(argv[i]));
   if (rows.empty()) rows = {252, 64};
-  CK(cudaSetDevice(0));
+  EMBER_CUDA_CHECK(cudaSetDevice(0));
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasLtHandle_t lt;
   LK(cublasLtCreate(&lt));
   const size_t pool_bytes = size_t{768} << 20;
   void *pool = nullptr, *workspace = nullptr;
-  CK(cudaMalloc(&pool, pool_bytes));
-  CK(cudaMemset(pool, 0x30, pool_bytes));  // e4m3 0.5: finite, never zero
-  CK(cudaMalloc(&workspace, kWorkspace));
+  EMBER_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
+  EMBER_CUDA_CHECK(cudaMemset(pool, 0x30, pool_bytes));  // e4m3 0.5: finite, never zero
+  EMBER_CUDA_CHECK(cudaMalloc(&workspace, kWorkspace));
   const Shape shapes[] = {{"q/o", 4096, 4096},      {"k/v", 1024, 4096},       {"qkv fused", 6144, 4096},
                           {"gate/up", 14336, 4096}, {"gate|up fused", 28672, 4096}, {"down", 4096, 14336},
                           {"lm_head", 128256, 4096}};
   for (int64_t n : rows)
     for (const Shape& sh : shapes) bench_shape(lt, sh, n, pool, pool_bytes, workspace, s);
-  CK(cudaFree(pool));
-  CK(cudaFree(workspace));
+  EMBER_CUDA_CHECK(cudaFree(pool));
+  EMBER_CUDA_CHECK(cudaFree(workspace));
   cublasLtDestroy(lt);
-  CK(cudaStreamDestroy(s));
+  EMBER_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -316,8 +316,6 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
     d.top_p = s.top_p;
     d.log_min_p = s.min_p > 0.0f ? std::log(s.min_p) : -INFINITY;
     d.want_logprob = s.logprob;
-    if (s.n_top < 0 || s.n_top > cuda::kSampleMaxTop)
-      return Status::errorf("execute_sample: {} top logprobs (at most {} on the device)", s.n_top, cuda::kSampleMaxTop);
     d.n_top = s.logprob ? s.n_top : 0;
     d.u = s.u;
     d.repetition = s.repetition_penalty;

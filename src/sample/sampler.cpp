@@ -203,6 +203,8 @@ bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens) {
          n_output_tokens >= static_cast<size_t>(std::max(0, p.min_tokens));
 }
 
+static_assert(kDeviceMaxTopLogprobs == kMaxLogprobs, "every request validate() accepts samples on the device");
+
 bool is_device_sampleable(const SamplingParams& p) { return !p.logprobs || *p.logprobs <= kDeviceMaxTopLogprobs; }
 
 SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top) {

@@ -86,6 +86,15 @@ Packed make_packed(const std::string& format, int64_t m, int64_t k, uint32_t see
   return p;
 }
 
+// A random [m, k] matrix on the GPU as packed FP8 ("fp8") or BF16 ("bf16").
+Tensor gpu_weight(const std::string& format, int64_t m, int64_t k, uint32_t seed) {
+  if (format == "fp8") return make_packed("fp8", m, k, seed).t;
+  std::vector<uint8_t> raw = cuda_test::encode(DType::BF16, random_floats(static_cast<size_t>(m * k), seed));
+  auto w = backend()->prepare_weight(make_tensor(raw.data(), DType::BF16, {m, k}));  // copied to the GPU
+  EXPECT_TRUE(w.is_ok()) << w.message();
+  return w.is_ok() ? *w : Tensor{};
+}
+
 double rel(const std::vector<float>& a, const std::vector<double>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -321,18 +330,9 @@ TEST(CudaQuant, MatmulManySideStreamsEqualOneByOne) {
   const int64_t ms[] = {136, 40, 40};
   for (const std::string format : {"fp8", "bf16"}) {
     std::vector<Tensor> ws;
-    std::vector<std::vector<uint8_t>> raws;
-    std::vector<Packed> packed;
     for (int i = 0; i < 3; ++i) {
-      if (format == "fp8") {
-        packed.push_back(make_packed("fp8", ms[i], k, 40 + i));
-        ws.push_back(packed.back().t);
-      } else {
-        raws.push_back(cuda_test::encode(DType::BF16, random_floats(static_cast<size_t>(ms[i] * k), 40 + i)));
-        auto w = backend()->prepare_weight(make_tensor(raws.back().data(), DType::BF16, {ms[i], k}));
-        ASSERT_TRUE(w.is_ok()) << w.message();
-        ws.push_back(*w);
-      }
+      ws.push_back(gpu_weight(format, ms[i], k, 40 + i));
+      ASSERT_TRUE(ws.back().valid()) << format;
     }
     const auto bs = random_floats(static_cast<size_t>(ms[0]), 45);
     auto bias = dev_floats(bs, {ms[0]});
@@ -387,18 +387,8 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
                         {"bf16", 136, 520, 3, false}};
   uint32_t seed = 1200;
   for (const Case& c : cases) {
-    Tensor w;
-    std::vector<uint8_t> raw;
-    Packed packed;
-    if (std::string(c.format) == "fp8") {
-      packed = make_packed("fp8", c.m, c.k, seed++);
-      w = packed.t;
-    } else {
-      raw = cuda_test::encode(DType::BF16, random_floats(static_cast<size_t>(c.m * c.k), seed++));
-      auto r = backend()->prepare_weight(make_tensor(raw.data(), DType::BF16, {c.m, c.k}));
-      ASSERT_TRUE(r.is_ok()) << r.message();
-      w = *r;
-    }
+    const Tensor w = gpu_weight(c.format, c.m, c.k, seed++);
+    ASSERT_TRUE(w.valid()) << c.format;
     auto x = dev_floats(random_floats(static_cast<size_t>(c.n * c.k), seed++), {c.n, c.k});
     const auto acc0 = random_floats(static_cast<size_t>(c.n * c.m), seed++, -4.0f, 4.0f);
     auto acc = dev_floats(acc0, {c.n, c.m});

@@ -393,9 +393,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
   const void* xin = x.data;
   if (w.dtype == DType::BF16) {
-    void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
-    EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
-    xin = xb;
+    xin = bf16_rows_of(x);
   } else {
     EMBER_CHECK(w.dtype == DType::F32, "matmul: CUDA weights must be BF16 or F32, got {}",
                 dtype_name(w.dtype));
@@ -428,10 +426,7 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
   if (fp8) {
     xq = fp8_rows_of(x);
   } else {
-    flush();
-    void* conv = scratch(xconv_, static_cast<size_t>(n * k) * 2);
-    EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, conv, n * k, stream_));
-    xb = conv;
+    xb = bf16_rows_of(x);
   }
   // One GEMM on `stream`; false when cuBLASLt has no FP8 GEMM (then dequantized, on stream_).
   auto gemm = [&](size_t i, cudaStream_t stream, void* ws) {
@@ -458,6 +453,12 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
     if (side >= 0) EMBER_CUDA_CHECK(cudaEventRecord(join_event_[side], side_[side]));
   }
   for (int i = 0; i < n_side; ++i) EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_[i], 0));
+}
+
+// The per-channel scales [m] F32 that follow a packed FP8 matrix's e4m3 rows.
+const float* CudaBackend::fp8_channel_scales(const Tensor& w) {
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
+                                        qweight_scales_offset(QFormat::Fp8, w.n_rows(), w.n_cols()));
 }
 
 // Packed FP8 weights and more rows than the GEMV takes: cuBLASLt's FP8 GEMM on e4m3 rows of x.
@@ -493,6 +494,15 @@ CudaBackend::Fp8Rows CudaBackend::fp8_rows_of(const Tensor& x) {
   return Fp8Rows{xq, x_scale, n, k_pad};
 }
 
+// x [n, k] F32 -> BF16 [n, k] in the xconv_ scratch (the BF16 GEMMs' x), after what is pending.
+const void* CudaBackend::bf16_rows_of(const Tensor& x) {
+  flush();
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+  EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
+  return xb;
+}
+
 // out = (x @ w^T) scaled by x's row scales and w's channel scales (+ bias), through cuBLASLt's
 // FP8 GEMM: the scales inside it (outer-vector scaling) where cuBLASLt offers that, else in a
 // kernel after it. False when cuBLASLt has no FP8 GEMM at all (the caller dequantizes).
@@ -501,8 +511,7 @@ bool CudaBackend::fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias
   if (!stream) stream = stream_;
   if (!workspace) workspace = lt_ws_;
   const int64_t n = xq.n, m = w.n_rows();
-  const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
-                                                       qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
+  const float* w_scale = fp8_channel_scales(w);
   if (fp8_outer_ok_) {
     const Status st = lt_->matmul_fp8_scaled(xq.q, w.data, out.as<float>(), n, m, xq.k_pad, xq.scale, w_scale,
                                              workspace, kLtWorkspaceBytes, stream);
@@ -534,7 +543,7 @@ bool CudaBackend::fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const flo
     return false;
   flush();  // a pending add of its own becomes the new one below
   const auto* w8 = static_cast<const uint8_t*>(w.data);
-  const auto* w_scale = reinterpret_cast<const float*>(w8 + qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
+  const float* w_scale = fp8_channel_scales(w);
   auto* part = static_cast<float*>(scratch(split_, static_cast<size_t>(n * m) * sizeof(float)));
   EMBER_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
   Status st = lt_->matmul_fp8_scaled(xq.q, w8, out.as<float>(), n, m, half, xq.scale, w_scale, lt_ws_,
@@ -574,16 +583,12 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
     const Fp8Rows xq = fp8_rows_of(x);
     if (fp8_gemm_split_k(xq, w, nullptr, acc, /*accumulate=*/true)) return true;
     flush();  // a pending add into acc lands before the GEMM reads acc
-    const auto* w_scale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) +
-                                                         qweight_scales_offset(QFormat::Fp8, m, w.n_cols()));
-    return lt_->matmul_fp8_scaled(xq.q, w.data, acc.as<float>(), n, m, xq.k_pad, xq.scale, w_scale, lt_ws_,
+    return lt_->matmul_fp8_scaled(xq.q, w.data, acc.as<float>(), n, m, xq.k_pad, xq.scale, fp8_channel_scales(w), lt_ws_,
                                   kLtWorkspaceBytes, stream_, 0, /*accumulate=*/true)
         .is_ok();
   }
   if (is_packed(w) || w.dtype != DType::BF16 || n <= kGemvMaxBatch) return false;
-  flush();
-  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
-  EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
+  const void* xb = bf16_rows_of(x);
   const Status st = lt_->matmul(DType::BF16, xb, w.data, acc.as<float>(), n, m, k, lt_ws_, kLtWorkspaceBytes,
                                 stream_, 0, 0, 0, /*accumulate=*/true);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
@@ -605,9 +610,8 @@ void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const fl
   }();
   int64_t slab = std::max<int64_t>(16, static_cast<int64_t>(kSlabBytes / (static_cast<size_t>(k) * 2)) / 16 * 16);
   slab = std::min(slab, (m + 15) / 16 * 16);
-  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+  const void* xb = bf16_rows_of(x);
   auto* wb = scratch(qdeq_, static_cast<size_t>(slab * k) * 2);
-  EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
   for (int64_t r0 = 0; r0 < m; r0 += slab) {
     const int64_t nr = std::min(slab, m - r0);
     EMBER_CUDA_CHECK(launch_qweight_dequant(f, w.data, m, k, nullptr, r0, nr, wb, /*out_bf16=*/true,

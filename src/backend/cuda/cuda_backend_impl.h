@@ -190,7 +190,9 @@ class CudaBackend final : public Backend, public CudaStep {
     int64_t n, k_pad;
   };
   bool fp8_large(const Tensor& x, const Tensor& w) const;
+  static const float* fp8_channel_scales(const Tensor& w);
   Fp8Rows fp8_rows_of(const Tensor& x);
+  const void* bf16_rows_of(const Tensor& x);
   // stream / workspace: the backend's own by default, a side stream's for concurrent GEMMs.
   bool fp8_gemm(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out, cudaStream_t stream = nullptr,
                 void* workspace = nullptr);

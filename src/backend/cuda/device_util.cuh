@@ -112,6 +112,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Max of v over the block, every thread gets it (blockDim.x a multiple of 32; scratch: one
+// float per warp, reusable once this returns).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : -INFINITY;
+  r = warp_max(r);
+  __syncthreads();
+  return r;
+}
+
 // Programmatic dependent launch (sm_90+): a kernel launched with the PDL attribute may start
 // before its predecessor in the stream has finished; pdl_wait() blocks until that predecessor
 // has completed and its writes are visible (a no-op for a kernel launched without the

@@ -12,17 +12,6 @@
 
 namespace ember::cuda {
 
-__device__ __forceinline__ float block_max(float v, float* s_tmp) {
-  v = warp_max(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) s_tmp[warp] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) r = fmaxf(r, s_tmp[w]);
-  __syncthreads();
-  return r;
-}
-
 __device__ __forceinline__ float abs_max4(float m, float4 v) {
   return fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
 }

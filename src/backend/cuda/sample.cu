@@ -103,16 +103,7 @@ struct SampleShared {
 };
 
 // Fixed-order block reductions (the same result every run).
-__device__ float block_max(float v, SampleShared& sh) {
-  v = warp_max(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) sh.fval[warp] = v;
-  __syncthreads();
-  float r = lane < kSWarps ? sh.fval[lane] : -INFINITY;
-  r = warp_max(r);
-  __syncthreads();
-  return r;
-}
+__device__ float block_max(float v, SampleShared& sh) { return cuda::block_max(v, sh.fval); }
 
 __device__ u64 block_sum_u64(u64 v, SampleShared& sh) {
   v = warp_sum_u64(v);
