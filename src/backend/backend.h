@@ -99,6 +99,11 @@ class Backend {
     (void)x, (void)w, (void)acc;
     return false;
   }
+  // Hint, given between the op that writes t and the op that reads it: that next reader is
+  // the last before t is written again (t holds a temporary). A backend may then hand that
+  // op t's values in the form it consumes (the e4m3 rows of an FP8 GEMM, say) and leave t
+  // itself unwritten. Ignoring the hint is always correct; the CPU backend does.
+  virtual void hint_read_once(const Tensor& t) { (void)t; }
   // Rotates x in place: x [n, n_heads, head_dim], positions host [n].
   virtual void rope(Tensor& x, const int32_t* positions, const RopeParams& p) = 0;
   // Writes this step's K/V into cache slots: k, v [n, n_kv_heads, head_dim], slots host [n]

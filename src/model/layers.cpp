@@ -44,6 +44,7 @@ void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLaye
   const MatmulTarget qkv[] = {{&w.wq, w.bq.valid() ? &w.bq : nullptr, &q},
                               {&w.wk, w.bk.valid() ? &w.bk : nullptr, &k},
                               {&w.wv, w.bv.valid() ? &w.bv : nullptr, &v}};
+  be.hint_read_once(h);  // (the layer normalizes into h again before its next use)
   be.matmul_many(h, qkv);
   if (w.q_norm.valid()) {
     Tensor qh = per_head(q, n, c.n_heads, c.head_dim);
@@ -85,9 +86,12 @@ void mlp_block(LayerContext& ctx, const LayerWeights& w, Tensor* residual) {
   Tensor gate = rows_view(ctx.act.gate, n, c.d_ff);  // [n, d_ff]
   Tensor up = rows_view(ctx.act.up, n, c.d_ff);
   const MatmulTarget gate_up[] = {{&w.w_gate, nullptr, &gate}, {&w.w_up, nullptr, &up}};
+  be.hint_read_once(h);
   be.matmul_many(h, gate_up);
+  be.hint_read_once(up);
   be.glu(gate, up, c.gelu_tanh, gate);
   Tensor o = rows_view(ctx.act.o, n, c.d_model);
+  be.hint_read_once(gate);
   project_out(be, gate, w.w_down, o, residual);
 }
 

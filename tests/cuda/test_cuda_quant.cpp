@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 namespace ember {
 namespace {
@@ -418,6 +419,59 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
   }
 }
 
+// A layer's chain on n rows of width d and an MLP of width f with FP8 weights: add, RMSNorm,
+// q/k GEMMs, RMSNorm, gate/up GEMMs, GLU, down GEMM.
+struct Chain {
+  int n;
+  int64_t d, f;
+  Packed q, k, g, u, dn;
+  std::vector<float> as, bs;
+  DevTensor w;
+  Chain(int n_, int64_t d_, int64_t f_, uint32_t seed)
+      : n(n_), d(d_), f(f_), q(make_packed("fp8", 40, d, seed)), k(make_packed("fp8", 24, d, seed + 1)),
+        g(make_packed("fp8", f, d, seed + 2)), u(make_packed("fp8", f, d, seed + 3)),
+        dn(make_packed("fp8", 48, f, seed + 4)), as(random_floats(static_cast<size_t>(n * d), seed + 5)),
+        bs(random_floats(static_cast<size_t>(n * d), seed + 6)),
+        w(dev_floats(random_floats(static_cast<size_t>(d), seed + 7), {d})) {}
+  std::string where() const {
+    return "n " + std::to_string(n) + " d " + std::to_string(d) + " f " + std::to_string(f);
+  }
+  struct Out {
+    std::vector<float> sum, h, q, k, glu, down;
+  };
+  // sync_each: a synchronize() after each norm and the GLU (every op launched alone); hints:
+  // the read-once hints llama_layer gives; sync_glu: a synchronize() right after the GLU.
+  Out run(bool sync_each, bool hints = false, bool sync_glu = false) {
+    auto a = dev_floats(as, {n, d});
+    auto b = dev_floats(bs, {n, d});
+    auto h = dev_tensor(DType::F32, {n, d});
+    auto oq = dev_tensor(DType::F32, {n, 40}), ok = dev_tensor(DType::F32, {n, 24});
+    auto og = dev_tensor(DType::F32, {n, f}), ou = dev_tensor(DType::F32, {n, f});
+    auto od = dev_tensor(DType::F32, {n, 48});
+    auto hint = [&](const Tensor& t) {
+      if (hints) backend()->hint_read_once(t);
+    };
+    backend()->add(a.t, b.t, a.t);
+    backend()->rms_norm(a.t, w.t, 1e-5f, h.t);
+    if (sync_each) backend()->synchronize();
+    hint(h.t);
+    const MatmulTarget qk[] = {{&q.t, nullptr, &oq.t}, {&k.t, nullptr, &ok.t}};
+    backend()->matmul_many(h.t, qk);
+    backend()->rms_norm(a.t, w.t, 1e-5f, h.t);  // plain norm (no add before it)
+    if (sync_each) backend()->synchronize();
+    hint(h.t);
+    const MatmulTarget gu[] = {{&g.t, nullptr, &og.t}, {&u.t, nullptr, &ou.t}};
+    backend()->matmul_many(h.t, gu);
+    hint(ou.t);
+    backend()->glu(og.t, ou.t, false, og.t);
+    if (sync_each || sync_glu) backend()->synchronize();
+    hint(og.t);
+    backend()->matmul(og.t, dn.t, nullptr, od.t);
+    return Out{download_floats(a.t), download_floats(h.t), download_floats(oq.t), download_floats(ok.t),
+               download_floats(og.t), download_floats(od.t)};
+  }
+};
+
 // (add +) RMSNorm and GLU of more rows than the GEMV takes, followed by FP8 GEMMs of their
 // output: the norm / GLU kernel writes the e4m3 rows itself. Everything (the residual sum,
 // the norm and GLU outputs, the GEMM results) must equal the unfused sequence bit for bit;
@@ -425,53 +479,58 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
 // (392, 4096, 14336) and ones that do not fit them (16392, 20000: the quantize kernel after).
 TEST(CudaQuant, NormAndGluWriteFp8Rows) {
   SKIP_WITHOUT_GPU();
-  struct Case {
-    int n;
-    int64_t d, f;
-  };
-  for (const Case c : {Case{24, 392, 200}, Case{9, 4096, 14336}, Case{33, 1032, 16392}, Case{17, 20000, 264}}) {
-    const std::string where = "n " + std::to_string(c.n) + " d " + std::to_string(c.d) + " f " + std::to_string(c.f);
-    Packed q = make_packed("fp8", 40, c.d, 31), kk = make_packed("fp8", 24, c.d, 32);
-    Packed g = make_packed("fp8", c.f, c.d, 33), u = make_packed("fp8", c.f, c.d, 34), dn = make_packed("fp8", 48, c.f, 35);
-    const auto as = random_floats(static_cast<size_t>(c.n * c.d), 36), bs = random_floats(static_cast<size_t>(c.n * c.d), 37);
-    const auto ws = random_floats(static_cast<size_t>(c.d), 38);
-    auto w = dev_floats(ws, {c.d});
-    struct Out {
-      std::vector<float> sum, h, q, k, glu, down;
-    };
-    auto run = [&](bool split) {
-      auto a = dev_floats(as, {c.n, c.d});
-      auto b = dev_floats(bs, {c.n, c.d});
-      auto h = dev_tensor(DType::F32, {c.n, c.d});
-      auto oq = dev_tensor(DType::F32, {c.n, 40}), ok = dev_tensor(DType::F32, {c.n, 24});
-      auto og = dev_tensor(DType::F32, {c.n, c.f}), ou = dev_tensor(DType::F32, {c.n, c.f});
-      auto od = dev_tensor(DType::F32, {c.n, 48});
-      backend()->add(a.t, b.t, a.t);
-      backend()->rms_norm(a.t, w.t, 1e-5f, h.t);
-      if (split) backend()->synchronize();
-      const MatmulTarget qk[] = {{&q.t, nullptr, &oq.t}, {&kk.t, nullptr, &ok.t}};
-      backend()->matmul_many(h.t, qk);
-      backend()->rms_norm(a.t, w.t, 1e-5f, h.t);  // plain norm (no add before it)
-      if (split) backend()->synchronize();
-      const MatmulTarget gu[] = {{&g.t, nullptr, &og.t}, {&u.t, nullptr, &ou.t}};
-      backend()->matmul_many(h.t, gu);
-      backend()->glu(og.t, ou.t, false, og.t);
-      if (split) backend()->synchronize();
-      backend()->matmul(og.t, dn.t, nullptr, od.t);
-      return Out{download_floats(a.t), download_floats(h.t), download_floats(oq.t), download_floats(ok.t),
-                 download_floats(og.t), download_floats(od.t)};
-    };
-    const Out fused = run(false), plain = run(true);
-    EXPECT_EQ(fused.sum, plain.sum) << where;
-    EXPECT_EQ(fused.h, plain.h) << where;
-    EXPECT_EQ(fused.q, plain.q) << where;
-    EXPECT_EQ(fused.k, plain.k) << where;
-    EXPECT_EQ(fused.glu, plain.glu) << where;
-    EXPECT_EQ(fused.down, plain.down) << where;
+  for (const auto& [n, d, f] : {std::tuple{24, 392, 200}, {9, 4096, 14336}, {33, 1032, 16392}, {17, 20000, 264}}) {
+    Chain c(n, d, f, 31);
+    const Chain::Out fused = c.run(false), plain = c.run(true);
+    EXPECT_EQ(fused.sum, plain.sum) << c.where();
+    EXPECT_EQ(fused.h, plain.h) << c.where();
+    EXPECT_EQ(fused.q, plain.q) << c.where();
+    EXPECT_EQ(fused.k, plain.k) << c.where();
+    EXPECT_EQ(fused.glu, plain.glu) << c.where();
+    EXPECT_EQ(fused.down, plain.down) << c.where();
     // And the chain is right, not only repeatable: the last GEMM against a reference on the
     // downloaded GLU rows quantized as the GEMM sees them.
-    const auto ref = reference(fp8_rows(plain.glu, c.n, c.f), dn.dec, nullptr, c.n, 48, c.f, false);
-    EXPECT_LE(rel(fused.down, ref), 1e-3) << where;
+    const auto ref = reference(fp8_rows(plain.glu, n, f), c.dn.dec, nullptr, n, 48, f, false);
+    EXPECT_LE(rel(fused.down, ref), 1e-3) << c.where();
+  }
+}
+
+bool all_nan(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isnan(x); });
+}
+
+// The chain with read-once hints (Backend::hint_read_once, as llama_layer gives them): a
+// hinted norm / GLU output feeding an FP8 GEMM is never written as F32 (it stays poisoned)
+// while the GEMMs see the same e4m3 rows, and gate / up, hinted, come out of their GEMMs as
+// BF16 for the GLU. Against the same chain without hints: the residual sum and q/k bit for
+// bit, the down projection within the BF16 rounding of gate / up; and (a synchronize() after
+// the GLU launches it alone, writing F32) the GLU output and the GEMM after it against
+// references. Widths past the register kernels (f 16392) write everything as before.
+TEST(CudaQuant, ReadOnceHintsSkipDeadRows) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [n, d, f] : {std::tuple{24, 392, 200}, {300, 1032, 1000}, {33, 1032, 16392}}) {
+    Chain c(n, d, f, 51);
+    const bool fits = f <= 16384;
+    const Chain::Out plain = c.run(false), lean = c.run(false, true), synced = c.run(false, true, true);
+    EXPECT_EQ(lean.sum, plain.sum) << c.where();
+    EXPECT_EQ(lean.q, plain.q) << c.where();
+    EXPECT_EQ(lean.k, plain.k) << c.where();
+    EXPECT_FALSE(all_nan(plain.h)) << c.where();
+    EXPECT_TRUE(all_nan(lean.h)) << c.where() << ": the hinted norm output was written";
+    if (fits) {
+      EXPECT_TRUE(all_nan(lean.glu)) << c.where() << ": the hinted GLU output was written";
+    } else {
+      EXPECT_EQ(lean.glu, plain.glu) << c.where();
+      EXPECT_EQ(lean.down, plain.down) << c.where();
+    }
+    // BF16 gate / up: the GLU within their rounding, the GEMM after it exact on its e4m3 rows.
+    const std::vector<double> plain_glu(plain.glu.begin(), plain.glu.end());
+    EXPECT_LE(rel(synced.glu, plain_glu), fits ? 1e-2 : 0.0) << c.where();
+    EXPECT_LE(rel(synced.down, reference(fp8_rows(synced.glu, n, f), c.dn.dec, nullptr, n, 48, f, false)), 1e-3)
+        << c.where();
+    const std::vector<double> plain_down(plain.down.begin(), plain.down.end());
+    EXPECT_LE(rel(lean.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
+    EXPECT_LE(rel(synced.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
   }
 }
 

@@ -96,6 +96,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->concurrent_gemms_ = !(concurrent && std::string(concurrent) == "0");
   const char* accumulate = std::getenv("EMBER_CUDA_ACCUMULATE");
   be->accumulate_gemms_ = !(accumulate && std::string(accumulate) == "0");
+  const char* lean = std::getenv("EMBER_CUDA_LEAN_GLU");
+  be->lean_glu_ = !(lean && std::string(lean) == "0");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
     EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->side_[i], cudaStreamNonBlocking));
@@ -362,6 +364,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (k > 0 && fp8_large(x, w)) {
     const Fp8Rows xq = fp8_rows_of(x);
     if (fp8_gemm_split_k(xq, w, b, out) || fp8_gemm(xq, w, b, out)) return;
+    EMBER_CHECK(xq.x_written, "matmul: no FP8 GEMM, and x was hinted read-once (only its e4m3 rows exist)");
     flush();
   }
   if (pn_.active || pgl_.active) flush();  // before a GEMV joins x's producer
@@ -406,9 +409,11 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
 
 // Several matrices of one x past the GEMV (q/k/v, gate/up), FP8 (packed) or BF16: x is
 // quantized or converted once for all of them, and at decode batch sizes the GEMMs run side by
-// side (side_ streams).
+// side (side_ streams). Two FP8 matrices without biases (gate / up) wait for the next op: a glu
+// of their outputs takes them as BF16 (glu).
 void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
-  const bool shared_x = targets.size() > 1 && x.valid() && x.device == Device::CUDA && x.dtype == DType::F32;
+  const bool shared_x = targets.size() > 1 && targets.size() <= kMaxGemmJobs && x.valid() &&
+                        x.device == Device::CUDA && x.dtype == DType::F32;
   bool fp8 = shared_x, bf16 = shared_x && x.n_rows() > kGemvMaxBatch && x.n_cols() > 0;
   for (const MatmulTarget& t : targets) {
     fp8 = fp8 && fp8_large(x, *t.w);
@@ -418,41 +423,72 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
     Backend::matmul_many(x, targets);
     return;
   }
-  std::vector<const float*> biases;
-  for (const MatmulTarget& t : targets) biases.push_back(check_matmul(x, *t.w, t.bias, *t.out));
-  const int64_t n = x.n_rows(), k = x.n_cols();
-  Fp8Rows xq{};
-  const void* xb = nullptr;
-  if (fp8) {
-    xq = fp8_rows_of(x);
-  } else {
-    xb = bf16_rows_of(x);
+  GemmJob jobs[kMaxGemmJobs];
+  const int count = static_cast<int>(targets.size());
+  for (int i = 0; i < count; ++i) {
+    const MatmulTarget& t = targets[static_cast<size_t>(i)];
+    jobs[i] = GemmJob{*t.w, check_matmul(x, *t.w, t.bias, *t.out), t.out->data};
   }
-  // One GEMM on `stream`; false when cuBLASLt has no FP8 GEMM (then dequantized, on stream_).
-  auto gemm = [&](size_t i, cudaStream_t stream, void* ws) {
-    const MatmulTarget& t = targets[i];
-    if (fp8) return fp8_gemm(xq, *t.w, biases[i], *t.out, stream, ws);
-    const int64_t m = t.w->n_rows();
-    const Status st = lt_->matmul(DType::BF16, xb, t.w->data, t.out->as<float>(), n, m, k, ws, kLtWorkspaceBytes,
-                                  stream);
+  if (!fp8) {
+    run_gemms(x, nullptr, bf16_rows_of(x), jobs, count);
+    return;
+  }
+  const Fp8Rows xq = fp8_rows_of(x);
+  const int64_t m = jobs[0].w.n_rows();
+  if (fuse_ && lean_glu_ && bf16_gemm_out_ok_ && fp8_outer_ok_ && count == 2 && !jobs[0].bias && !jobs[1].bias &&
+      jobs[1].w.n_rows() == m && !overlaps(jobs[0].out, static_cast<size_t>(xq.n * m) * 4, jobs[1].out,
+                                           static_cast<size_t>(xq.n * m) * 4)) {
+    flush();  // whatever was pending runs before these GEMMs
+    pgm_ = PendingGemms{true, x, xq, {jobs[0], jobs[1]}};
+    return;
+  }
+  run_gemms(x, &xq, nullptr, jobs, count);
+}
+
+bool CudaBackend::run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, const GemmJob* jobs, int count,
+                            bool out_bf16) {
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  // One GEMM on `stream`; false when cuBLASLt has no FP8 GEMM (then dequantized, on stream_),
+  // or (out_bf16) none with BF16 output.
+  auto gemm = [&](int i, cudaStream_t stream, void* ws) {
+    const GemmJob& j = jobs[i];
+    const int64_t m = j.w.n_rows();
+    if (xq && out_bf16)
+      return lt_->matmul_fp8_scaled(xq->q, j.w.data, j.out, n, m, xq->k_pad, xq->scale, fp8_channel_scales(j.w), ws,
+                                    kLtWorkspaceBytes, stream, 0, false, DType::BF16)
+          .is_ok();
+    Tensor out = make_tensor(j.out, DType::F32, {n, m}, Device::CUDA);
+    if (xq) return fp8_gemm(*xq, j.w, j.bias, out, stream, ws);
+    const Status st = lt_->matmul(DType::BF16, xb, j.w.data, out.as<float>(), n, m, k, ws, kLtWorkspaceBytes, stream);
     EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
-    if (biases[i]) EMBER_CUDA_CHECK(launch_add_bias(t.out->as<float>(), biases[i], n, m, stream));
+    if (j.bias) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), j.bias, n, m, stream));
     return true;
   };
   // Side by side while the GEMMs are small enough to leave SMs idle (decode batches); a
   // prefill chunk's GEMMs fill the GPU one at a time.
-  const int n_side = concurrent_gemms_ && n <= kConcurrentGemmMaxRows
-                         ? static_cast<int>(std::min<size_t>(targets.size() - 1, kSideStreams))
-                         : 0;
+  const int n_side = concurrent_gemms_ && n <= kConcurrentGemmMaxRows ? std::min(count - 1, kSideStreams) : 0;
   if (n_side > 0) EMBER_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const int side = i >= 1 && static_cast<int>(i) <= n_side ? static_cast<int>(i) - 1 : -1;
+  for (int i = 0; i < count; ++i) {
+    const int side = i >= 1 && i <= n_side ? i - 1 : -1;
     if (side >= 0) EMBER_CUDA_CHECK(cudaStreamWaitEvent(side_[side], fork_event_, 0));
     const bool done = side >= 0 ? gemm(i, side_[side], side_ws_[side]) : gemm(i, stream_, lt_ws_);
-    if (!done) matmul_packed_large(x, *targets[i].w, biases[i], *targets[i].out);
+    if (!done && out_bf16) {
+      // The first GEMM declined before anything ran (the others take the same plan): the
+      // caller runs them all with F32 output. Side streams have not forked yet.
+      EMBER_CHECK(i == 0, "matmul: cuBLASLt took the first BF16-output FP8 GEMM but not GEMM {}", i);
+      EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM with BF16 output; gate / up stay F32");
+      bf16_gemm_out_ok_ = false;
+      return false;
+    }
+    if (!done) {
+      Tensor out = make_tensor(jobs[i].out, DType::F32, {n, jobs[i].w.n_rows()}, Device::CUDA);
+      EMBER_CHECK(!xq || xq->x_written, "matmul: no FP8 GEMM, and x was hinted read-once (only its e4m3 rows exist)");
+      matmul_packed_large(x, jobs[i].w, jobs[i].bias, out);
+    }
     if (side >= 0) EMBER_CUDA_CHECK(cudaEventRecord(join_event_[side], side_[side]));
   }
   for (int i = 0; i < n_side; ++i) EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_[i], 0));
+  return true;
 }
 
 // The per-channel scales [m] F32 that follow a packed FP8 matrix's e4m3 rows.
@@ -472,26 +508,50 @@ bool CudaBackend::fp8_large(const Tensor& x, const Tensor& w) const {
 // pending RMSNorm or GLU that produces x (one kernel for both), else quantized from x after
 // what is pending has launched.
 CudaBackend::Fp8Rows CudaBackend::fp8_rows_of(const Tensor& x) {
+  if (pgm_.active) flush();  // held-back GEMMs read the xq_ scratch this reuses
   const int64_t n = x.n_rows(), k = x.n_cols();
   const int64_t k_pad = qweight_k_pad(QFormat::Fp8, k);
   const size_t xq_bytes = (static_cast<size_t>(n * k_pad) + 255) / 256 * 256;
   auto* xq = static_cast<uint8_t*>(scratch(xq_, xq_bytes + static_cast<size_t>(n) * sizeof(float)));
   auto* x_scale = reinterpret_cast<float*>(xq + xq_bytes);
   const Fp8RowsOut fq{xq, x_scale, k_pad};
+  // A producer hinted read-once writes only the e4m3 rows.
+  const bool only_rows = read_once(x.data, static_cast<size_t>(n * k) * sizeof(float), /*take=*/true);
   cudaError_t e = cudaErrorNotSupported;
   if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
-    e = launch_rms_norm_fp8(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, pn_.out, n, k, fq, stream_, /*pdl=*/true);
+    e = launch_rms_norm_fp8(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, only_rows ? nullptr : pn_.out, n, k,
+                            fq, stream_, /*pdl=*/true);
     if (e != cudaErrorNotSupported) pn_.active = false;
   } else if (pgl_.active && pgl_.out == x.data && pgl_.rows == n && pgl_.cols == k) {
-    e = launch_glu_fp8(pgl_.gate, pgl_.up, pgl_.gelu_tanh, pgl_.out, n, k, fq, stream_, /*pdl=*/true);
+    e = launch_glu_rows(pgl_.in_type, pgl_.gate, pgl_.up, pgl_.gelu_tanh, only_rows ? nullptr : pgl_.out, n, k, &fq,
+                        stream_, /*pdl=*/true);
     if (e != cudaErrorNotSupported) pgl_.active = false;
   }
+  const bool x_written = !(only_rows && e != cudaErrorNotSupported);
   if (e == cudaErrorNotSupported) {
     flush();
     e = launch_quantize_rows_fp8(x.as<float>(), n, k, k_pad, xq, x_scale, stream_);
   }
   EMBER_CUDA_CHECK(e);
-  return Fp8Rows{xq, x_scale, n, k_pad};
+  return Fp8Rows{xq, x_scale, n, k_pad, x_written};
+}
+
+bool CudaBackend::read_once(const void* p, size_t bytes, bool take) {
+  for (int i = 0; i < n_read_once_; ++i) {
+    if (read_once_[i].p != p || read_once_[i].bytes != bytes) continue;
+    if (take) read_once_[i] = read_once_[--n_read_once_];
+    return true;
+  }
+  return false;
+}
+
+void CudaBackend::hint_read_once(const Tensor& t) {
+  if (!lean_glu_ || !t.valid() || t.device != Device::CUDA) return;
+  if (n_read_once_ == kMaxReadOnce) {  // the oldest hint goes (hints only ever skip work)
+    std::move(read_once_ + 1, read_once_ + kMaxReadOnce, read_once_);
+    --n_read_once_;
+  }
+  read_once_[n_read_once_++] = ByteRange{t.data, t.nbytes()};
 }
 
 // x [n, k] F32 -> BF16 [n, k] in the xconv_ scratch (the BF16 GEMMs' x), after what is pending.
@@ -583,9 +643,12 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
     const Fp8Rows xq = fp8_rows_of(x);
     if (fp8_gemm_split_k(xq, w, nullptr, acc, /*accumulate=*/true)) return true;
     flush();  // a pending add into acc lands before the GEMM reads acc
-    return lt_->matmul_fp8_scaled(xq.q, w.data, acc.as<float>(), n, m, xq.k_pad, xq.scale, fp8_channel_scales(w), lt_ws_,
-                                  kLtWorkspaceBytes, stream_, 0, /*accumulate=*/true)
-        .is_ok();
+    const Status st = lt_->matmul_fp8_scaled(xq.q, w.data, acc.as<float>(), n, m, xq.k_pad, xq.scale,
+                                             fp8_channel_scales(w), lt_ws_, kLtWorkspaceBytes, stream_, 0,
+                                             /*accumulate=*/true);
+    // Declined: the caller's matmul + add need x, which a read-once producer left unwritten.
+    EMBER_CHECK(st.is_ok() || xq.x_written, "matmul_accumulate: {} (and x exists only as e4m3 rows)", st.message());
+    return st.is_ok();
   }
   if (is_packed(w) || w.dtype != DType::BF16 || n <= kGemvMaxBatch) return false;
   const void* xb = bf16_rows_of(x);
@@ -820,10 +883,28 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
                                           out.as<float>(), g.out, u.out, variant, /*pdl=*/true, stream_));
     return;
   }
+  const int64_t rows = gate.n_rows(), cols = gate.n_cols();
+  const size_t half = static_cast<size_t>(rows * cols) * 2;  // bytes of one BF16 [rows, cols]
+  if (pgm_.active && pgm_.jobs[0].out == gate.data && pgm_.jobs[1].out == up.data && pgm_.xq.n == rows &&
+      pgm_.jobs[0].w.n_rows() == cols && gate.n_dims == 2 && cols % 4 == 0 && cols <= 16 * 1024 && half % 16 == 0 &&
+      !overlaps(out.data, out.nbytes(), up.data, up.nbytes()) && read_once(up.data, up.nbytes(), /*take=*/true)) {
+    // The held-back gate / up GEMMs write BF16 into up's buffer (nothing reads up after this
+    // op), gate's rows in its first half; the GLU reads those.
+    GemmJob jobs[2] = {pgm_.jobs[0], pgm_.jobs[1]};
+    auto* bf = static_cast<uint8_t*>(up.data);
+    jobs[0].out = bf;
+    jobs[1].out = bf + half;
+    pgm_.active = false;
+    if (run_gemms(pgm_.x, &pgm_.xq, nullptr, jobs, 2, /*out_bf16=*/true)) {
+      pgl_ = PendingGlu{true, bf, bf + half, DType::BF16, gelu_tanh, out.as<float>(), rows, cols};
+      return;
+    }
+    run_gemms(pgm_.x, &pgm_.xq, nullptr, pgm_.jobs, 2);
+  }
   flush();
-  if (fuse_ && gate.n_rows() > kQGemvMaxBatch && gate.n_dims == 2) {
+  if (fuse_ && rows > kQGemvMaxBatch && gate.n_dims == 2) {
     // Waits for the next op: an FP8 GEMM of out quantizes it in this kernel.
-    pgl_ = PendingGlu{true, gate.as<float>(), up.as<float>(), gelu_tanh, out.as<float>(), gate.n_rows(), gate.n_cols()};
+    pgl_ = PendingGlu{true, gate.data, up.data, DType::F32, gelu_tanh, out.as<float>(), rows, cols};
     return;
   }
   EMBER_CUDA_CHECK(launch_glu(gate.as<float>(), up.as<float>(), gelu_tanh, out.as<float>(),

@@ -12,8 +12,13 @@
 //   - rope(q) followed by rope(k) with the same positions and parameters, and then
 //     kv_store(k, v): one launch that rotates q and k and writes the cache;
 //   - (add +) rms_norm or glu of more rows than the GEMV takes, followed by FP8 GEMMs of their
-//     output: the norm / GLU kernel also writes the e4m3 rows the GEMMs read.
-// EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called). EMBER_CUDA_FP8_OUTER=0
+//     output: the norm / GLU kernel also writes the e4m3 rows the GEMMs read, and only those
+//     when the output was hinted read-once (hint_read_once): no F32 rows nobody reads;
+//   - matmul_many of two FP8 matrices (gate / up) followed by glu of their outputs, the up
+//     output hinted read-once: the GEMMs write BF16 into up's buffer (gate's half, up's half)
+//     and the GLU reads those, half the bytes of F32 both ways.
+// EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called), EMBER_CUDA_LEAN_GLU=0
+// the read-once hints (and with them the BF16 gate / up outputs). EMBER_CUDA_FP8_OUTER=0
 // applies the FP8 GEMM's row / channel scales in a kernel after it instead of inside it.
 // EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
 // launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
@@ -60,6 +65,7 @@ class CudaBackend final : public Backend, public CudaStep {
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   void matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) override;
   bool matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& acc) override;
+  void hint_read_once(const Tensor& t) override;
   void rope(Tensor& x, const int32_t* positions, const RopeParams& p) override;
   void kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const int32_t* slots) override;
   void attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
@@ -160,13 +166,24 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   struct PendingGlu {
     bool active = false;
-    const float* gate = nullptr;
-    const float* up = nullptr;
+    const void* gate = nullptr;
+    const void* up = nullptr;
+    DType in_type = DType::F32;  // of gate and up: F32, or BF16 from the gate / up GEMMs
     bool gelu_tanh = false;
     float* out = nullptr;
     int64_t rows = 0, cols = 0;
   };
   void launch_norm(const PendingNorm& pn);
+  // Read-once hints (hint_read_once) since the last flush: byte ranges of device tensors.
+  static constexpr int kMaxReadOnce = 4;
+  struct ByteRange {
+    const void* p = nullptr;
+    size_t bytes = 0;
+  };
+  ByteRange read_once_[kMaxReadOnce];
+  int n_read_once_ = 0;
+  // Whether [p, p + bytes) was hinted read-once; take: forget the hint.
+  bool read_once(const void* p, size_t bytes, bool take);
 
   Status upload_converted(const Tensor& host, Tensor& dst);
   Status upload_packed(const Tensor& host, QFormat f, void* dst);
@@ -184,11 +201,37 @@ class CudaBackend final : public Backend, public CudaStep {
   // The checks of matmul's arguments; returns the bias data (null: none).
   const float* check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
   // x quantized to e4m3 rows for the FP8 GEMM: q [n, k_pad], scale [n] (device, xq_ scratch).
+  // x_written false: x itself was never written (its producer was hinted read-once and wrote
+  // only these rows), so no fallback may read x.
   struct Fp8Rows {
     const uint8_t* q;
     const float* scale;
     int64_t n, k_pad;
+    bool x_written = true;
   };
+  // GEMMs of one x (matmul_many): out F32 [n, m], or BF16 (run_gemms with out_bf16).
+  struct GemmJob {
+    Tensor w;
+    const float* bias = nullptr;
+    void* out = nullptr;
+  };
+  static constexpr int kMaxGemmJobs = 4;
+  // The jobs on e4m3 rows xq (FP8 weights) or BF16 rows xb, side by side at decode batch
+  // sizes (x: the F32 rows, for the dequantizing fallback). out_bf16: false, nothing
+  // launched, when cuBLASLt has no BF16-output FP8 GEMM (the caller runs them as F32).
+  bool run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, const GemmJob* jobs, int count,
+                 bool out_bf16 = false);
+  // matmul_many's FP8 gate / up GEMMs held back until the next op: a glu of their outputs
+  // takes them as BF16 (see the file comment), anything else launches them as F32.
+  struct PendingGemms {
+    bool active = false;
+    Tensor x;
+    Fp8Rows xq{};
+    GemmJob jobs[2];
+  };
+  PendingGemms pgm_;
+  bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output FP8 GEMM
+  bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
   bool fp8_large(const Tensor& x, const Tensor& w) const;
   static const float* fp8_channel_scales(const Tensor& w);
   Fp8Rows fp8_rows_of(const Tensor& x);

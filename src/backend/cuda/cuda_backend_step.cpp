@@ -132,6 +132,10 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
 }
 
 void CudaBackend::flush() {
+  if (pgm_.active) {
+    pgm_.active = false;
+    run_gemms(pgm_.x, &pgm_.xq, nullptr, pgm_.jobs, 2);
+  }
   if (pg_.count > 0) {
     const int count = pg_.count;
     pg_.count = 0;
@@ -154,8 +158,12 @@ void CudaBackend::flush() {
   }
   if (pgl_.active) {
     pgl_.active = false;
-    EMBER_CUDA_CHECK(launch_glu(pgl_.gate, pgl_.up, pgl_.gelu_tanh, pgl_.out, pgl_.rows * pgl_.cols, stream_,
-                                /*pdl=*/true));
+    if (pgl_.in_type == DType::BF16)
+      EMBER_CUDA_CHECK(launch_glu_rows(DType::BF16, pgl_.gate, pgl_.up, pgl_.gelu_tanh, pgl_.out, pgl_.rows, pgl_.cols,
+                                       nullptr, stream_, /*pdl=*/true));
+    else
+      EMBER_CUDA_CHECK(launch_glu(static_cast<const float*>(pgl_.gate), static_cast<const float*>(pgl_.up),
+                                  pgl_.gelu_tanh, pgl_.out, pgl_.rows * pgl_.cols, stream_, /*pdl=*/true));
   }
   if (pr_.active) {
     pr_.active = false;
@@ -163,6 +171,7 @@ void CudaBackend::flush() {
                                   pr_.inv_freq, pr_.n, pr_.head_dim, pr_.rotary_dim, pr_.neox,
                                   pr_.factor, stream_, /*pdl=*/true));
   }
+  n_read_once_ = 0;  // a hint covers the ops up to its reader, never past a flush
 }
 
 // ---- step metadata ----

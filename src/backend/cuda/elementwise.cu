@@ -7,6 +7,7 @@
 #include "backend/cuda/fp8_rows.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace ember::cuda {
 
@@ -140,7 +141,7 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
     if (i < n4) {
       const float4 g = load_w4(w, i);
       v[j] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
-      reinterpret_cast<float4*>(out + r0)[i] = v[j];
+      if (!kFp8 || out) reinterpret_cast<float4*>(out + r0)[i] = v[j];
     }
   }
   if constexpr (kFp8) {
@@ -159,7 +160,7 @@ cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W*
                             float* out, int64_t rows, int64_t d, cudaStream_t stream, bool pdl,
                             const Fp8RowsOut* fq = nullptr) {
   const int64_t n4 = d / 4;
-  if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || !aligned16(out) ||
+  if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || (out ? !aligned16(out) : !fq) ||
       (kAdd && (!aligned16(b) || !aligned16(sum))) ||
       reinterpret_cast<uintptr_t>(w) % (sizeof(W) * 4) != 0 ||
       (fq && (fq->k_pad % 4 != 0 || fq->k_pad < d || reinterpret_cast<uintptr_t>(fq->q) % 4 != 0)))
@@ -237,11 +238,12 @@ __global__ void glu4_kernel(const float4* gate, const float4* up, bool gelu_tanh
     out[i] = glu4(gate[i], up[i], gelu_tanh);
 }
 
-// One block of 256 threads a row: the GLU of the row kept in registers, written as F32 and as
-// e4m3 rows for the FP8 GEMM that reads it.
-template <int kVec>
-__global__ void __launch_bounds__(256) glu_fp8_kernel(const float* gate, const float* up, bool gelu_tanh, float* out,
-                                                      int64_t cols, Fp8RowsOut fq) {
+// One block of 256 threads a row: the GLU of the row kept in registers, written as F32 (out
+// null: not at all) and as e4m3 rows for the FP8 GEMM that reads it (kFp8). gate and up F32,
+// or BF16 (what the FP8 gate / up GEMMs write when nothing else reads them).
+template <typename T, int kVec, bool kFp8>
+__global__ void __launch_bounds__(256) glu_rows_kernel(const T* gate, const T* up, bool gelu_tanh, float* out,
+                                                       int64_t cols, Fp8RowsOut fq) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r0 = blockIdx.x * cols;
@@ -251,12 +253,48 @@ __global__ void __launch_bounds__(256) glu_fp8_kernel(const float* gate, const f
   for (int j = 0; j < kVec; ++j) {
     const int c = static_cast<int>(threadIdx.x) + j * 256;
     if (c < n4) {
-      v[j] = glu4(reinterpret_cast<const float4*>(gate + r0)[c], reinterpret_cast<const float4*>(up + r0)[c], gelu_tanh);
-      reinterpret_cast<float4*>(out + r0)[c] = v[j];
+      v[j] = glu4(load_w4(gate + r0, c), load_w4(up + r0, c), gelu_tanh);
+      if (out) reinterpret_cast<float4*>(out + r0)[c] = v[j];
     }
   }
-  __shared__ float s_max[32];
-  store_row_fp8(v, n4, blockIdx.x, fq, s_max);
+  if constexpr (kFp8) {
+    __shared__ float s_max[32];
+    store_row_fp8(v, n4, blockIdx.x, fq, s_max);
+  }
+}
+
+// The GLU of BF16 gate / up rows in chunks of 8 values (16-byte loads), up to 1024 threads a
+// row so that a decode batch's few hundred rows still fill the SMs; out (F32, null: not
+// written) and the e4m3 rows as glu_rows_kernel.
+template <int V, bool kFp8>
+__global__ void __launch_bounds__(1024) glu_bf16x8_rows_kernel(const __nv_bfloat16* gate, const __nv_bfloat16* up,
+                                                               bool gelu_tanh, float* out, int64_t cols,
+                                                               Fp8RowsOut fq) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r0 = blockIdx.x * cols;
+  const int n8 = static_cast<int>(cols / 8);
+  float4 v[2 * V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c = static_cast<int>(threadIdx.x + j * blockDim.x);
+    if (c < n8) {
+      const uint4 g = reinterpret_cast<const uint4*>(gate + r0)[c];
+      const uint4 u = reinterpret_cast<const uint4*>(up + r0)[c];
+      v[2 * j] = glu4(make_float4(bf16_lo(g.x), bf16_hi(g.x), bf16_lo(g.y), bf16_hi(g.y)),
+                      make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y)), gelu_tanh);
+      v[2 * j + 1] = glu4(make_float4(bf16_lo(g.z), bf16_hi(g.z), bf16_lo(g.w), bf16_hi(g.w)),
+                          make_float4(bf16_lo(u.z), bf16_hi(u.z), bf16_lo(u.w), bf16_hi(u.w)), gelu_tanh);
+      if (out) {
+        reinterpret_cast<float4*>(out + r0)[2 * c] = v[2 * j];
+        reinterpret_cast<float4*>(out + r0)[2 * c + 1] = v[2 * j + 1];
+      }
+    }
+  }
+  if constexpr (kFp8) {
+    __shared__ float s_max[32];
+    store_row_fp8_x8<V>(v, n8, blockIdx.x, fq, s_max);
+  }
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
@@ -457,18 +495,42 @@ cudaError_t launch_rms_norm_fp8(const float* a, const float* b, float* sum, cons
                                                      rows, d, stream, pdl, &fq);
 }
 
-cudaError_t launch_glu_fp8(const float* gate, const float* up, bool gelu_tanh, float* out, int64_t rows,
-                           int64_t cols, const Fp8RowsOut& fq, cudaStream_t stream, bool pdl) {
+cudaError_t launch_glu_rows(DType in_type, const void* gate, const void* up, bool gelu_tanh, float* out, int64_t rows,
+                            int64_t cols, const Fp8RowsOut* fq, cudaStream_t stream, bool pdl) {
   if (rows == 0) return cudaSuccess;
-  if (cols % 4 != 0 || cols > 16 * 1024 || fq.k_pad % 4 != 0 || fq.k_pad < cols || !aligned16(gate) ||
-      !aligned16(up) || !aligned16(out) || (cols * 4) % 16 != 0 || reinterpret_cast<uintptr_t>(fq.q) % 4 != 0)
+  const size_t esize = in_type == DType::BF16 ? 2 : 4;
+  if ((in_type != DType::F32 && in_type != DType::BF16) || cols % 4 != 0 || cols > 16 * 1024 ||
+      (cols * esize) % 8 != 0 || reinterpret_cast<uintptr_t>(gate) % (4 * esize) != 0 ||
+      reinterpret_cast<uintptr_t>(up) % (4 * esize) != 0 || (out ? !aligned16(out) : !fq) ||
+      (fq && (fq->k_pad % 4 != 0 || fq->k_pad < cols || reinterpret_cast<uintptr_t>(fq->q) % 4 != 0)))
     return cudaErrorNotSupported;
   const dim3 grid(static_cast<unsigned>(rows)), block(256);
-  if (cols <= 4 * 1024)
-    return launch_kernel(glu_fp8_kernel<4>, grid, block, 0, stream, pdl, gate, up, gelu_tanh, out, cols, fq);
-  if (cols <= 8 * 1024)
-    return launch_kernel(glu_fp8_kernel<8>, grid, block, 0, stream, pdl, gate, up, gelu_tanh, out, cols, fq);
-  return launch_kernel(glu_fp8_kernel<16>, grid, block, 0, stream, pdl, gate, up, gelu_tanh, out, cols, fq);
+  const Fp8RowsOut q = fq ? *fq : Fp8RowsOut{};
+  const int64_t n8 = cols / 8;
+  if (in_type == DType::BF16 && cols % 8 == 0 && aligned16(gate) && aligned16(up) && n8 <= 2048 &&
+      (!fq || (fq->k_pad % 8 == 0 && reinterpret_cast<uintptr_t>(fq->q) % 8 == 0))) {
+    const int threads = static_cast<int>(std::min<int64_t>(1024, (n8 + 31) / 32 * 32));
+    const bool two = n8 > threads;
+    const auto* g = static_cast<const __nv_bfloat16*>(gate);
+    const auto* u = static_cast<const __nv_bfloat16*>(up);
+    auto go8 = [&](auto kernel) {
+      return launch_kernel(kernel, grid, dim3(threads), 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
+    };
+    if (fq) return two ? go8(glu_bf16x8_rows_kernel<2, true>) : go8(glu_bf16x8_rows_kernel<1, true>);
+    return two ? go8(glu_bf16x8_rows_kernel<2, false>) : go8(glu_bf16x8_rows_kernel<1, false>);
+  }
+  auto go = [&](auto t, auto fp8) {
+    using T = decltype(t);
+    constexpr bool kFp8 = decltype(fp8)::value;
+    const T* g = static_cast<const T*>(gate);
+    const T* u = static_cast<const T*>(up);
+    if (cols <= 4 * 1024) return launch_kernel(glu_rows_kernel<T, 4, kFp8>, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
+    if (cols <= 8 * 1024) return launch_kernel(glu_rows_kernel<T, 8, kFp8>, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
+    return launch_kernel(glu_rows_kernel<T, 16, kFp8>, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
+  };
+  if (in_type == DType::BF16)
+    return fq ? go(__nv_bfloat16{}, std::true_type{}) : go(__nv_bfloat16{}, std::false_type{});
+  return fq ? go(float{}, std::true_type{}) : go(float{}, std::false_type{});
 }
 
 }  // namespace ember::cuda

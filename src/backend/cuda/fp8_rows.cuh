@@ -43,4 +43,33 @@ __device__ __forceinline__ void store_row_fp8(const float4 (&v)[V], int n4, int6
   for (int c = n4 + static_cast<int>(threadIdx.x); c < kp4; c += static_cast<int>(blockDim.x)) q[c] = 0;
 }
 
+// As store_row_fp8, for a row held in chunks of 8 values: v[2 j] and v[2 j + 1] are values
+// 8c .. 8c + 7 of chunk c = threadIdx.x + j * blockDim.x (those < n8 hold data; k % 8 == 0,
+// k_pad % 8 == 0). The same bytes and scale as store_row_fp8 of the same row.
+template <int V>
+__device__ __forceinline__ void store_row_fp8_x8(const float4 (&v)[2 * V], int n8, int64_t row, const Fp8RowsOut& o,
+                                                 float* s_tmp) {
+  float mx = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (static_cast<int>(threadIdx.x + j * blockDim.x) < n8) mx = abs_max4(abs_max4(mx, v[2 * j]), v[2 * j + 1]);
+  mx = block_max(mx, s_tmp);
+  const float scale = mx > 0.0f ? mx / 448.0f : 1.0f;
+  const float inv = 1.0f / scale;
+  if (threadIdx.x == 0) o.scale[row] = scale;
+  auto pack4 = [inv](float4 x) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x.x * inv, x.y * inv), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x.z * inv, x.w * inv), __NV_SATFINITE, __NV_E4M3);
+    return lo | hi << 16;
+  };
+  auto* q = reinterpret_cast<uint2*>(o.q + row * o.k_pad);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c = static_cast<int>(threadIdx.x + j * blockDim.x);
+    if (c < n8) q[c] = make_uint2(pack4(v[2 * j]), pack4(v[2 * j + 1]));
+  }
+  for (int c = n8 + static_cast<int>(threadIdx.x); c < static_cast<int>(o.k_pad / 8); c += static_cast<int>(blockDim.x))
+    q[c] = make_uint2(0, 0);
+}
+
 }  // namespace ember::cuda

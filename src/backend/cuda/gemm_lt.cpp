@@ -35,9 +35,10 @@ void LtGemm::destroy(Plan& p) {
 
 Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes,
                                    int64_t ldw, int64_t ldx, int64_t ldo, const float* a_scale,
-                                   const float* b_scale) {
+                                   const float* b_scale, bool out_bf16) {
   const bool outer_scales = a_scale != nullptr;
-  const Key key{static_cast<int>(type) | (outer_scales ? 1 << 16 : 0), n, m, k, ws_bytes, ldw, ldx, ldo};
+  const Key key{static_cast<int>(type) | (outer_scales ? 1 << 16 : 0) | (out_bf16 ? 1 << 17 : 0), n, m, k, ws_bytes,
+                ldw, ldx, ldo};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
   // Column-major view of the row-major problem: D [m, n] = op(A) [m, k] * B [k, n], where
   // A is w stored as [k, m] (ld k) and transposed, B is x stored as [k, n] (ld k).
@@ -63,7 +64,8 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&p.a, in, static_cast<uint64_t>(k), static_cast<uint64_t>(m), ldw));
     LT_TRY(cublasLtMatrixLayoutCreate(&p.b, in, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldx));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), ldo));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p.d, out_bf16 ? CUDA_R_16BF : CUDA_R_32F, static_cast<uint64_t>(m),
+                                      static_cast<uint64_t>(n), ldo));
     cublasLtMatmulPreference_t pref = nullptr;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
@@ -95,7 +97,7 @@ Status LtGemm::matmul(DType type, const void* x, const void* w, float* out, int6
   return run(*p, x, w, out, workspace, ws_bytes, stream, accumulate);
 }
 
-Status LtGemm::run(Plan& p, const void* x, const void* w, float* out, void* workspace, size_t ws_bytes,
+Status LtGemm::run(Plan& p, const void* x, const void* w, void* out, void* workspace, size_t ws_bytes,
                    cudaStream_t stream, bool accumulate) {
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   LT_TRY(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
@@ -103,12 +105,16 @@ Status LtGemm::run(Plan& p, const void* x, const void* w, float* out, void* work
   return Status::ok();
 }
 
-Status LtGemm::matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
+Status LtGemm::matmul_fp8_scaled(const void* x, const void* w, void* out, int64_t n, int64_t m, int64_t k,
                                  const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
-                                 cudaStream_t stream, int64_t ld, bool accumulate) {
+                                 cudaStream_t stream, int64_t ld, bool accumulate, DType out_type) {
+  if ((out_type != DType::F32 && out_type != DType::BF16) || (out_type == DType::BF16 && accumulate))
+    return Status::errorf("cuBLASLt FP8 GEMM: unsupported output {}{}", dtype_name(out_type),
+                          accumulate ? " with accumulate" : "");
   if (n == 0 || m == 0) return Status::ok();
   if (ld <= 0) ld = k;
-  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(DType::FP8_E4M3, n, m, k, ws_bytes, ld, ld, m, w_scale, x_scale));
+  EMBER_ASSIGN_OR_RETURN(Plan * p, plan(DType::FP8_E4M3, n, m, k, ws_bytes, ld, ld, m, w_scale, x_scale,
+                                        out_type == DType::BF16));
   // The scale vectors change with every weight and step: set on the plan's descriptor per call
   // (one thread drives the backend's stream, so the cached descriptor is never shared).
   LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));

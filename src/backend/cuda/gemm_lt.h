@@ -35,9 +35,11 @@ class LtGemm {
   // cuBLASLt's outer-vector scaling: out[j, r] = x_scale[j] * w_scale[r] * (x_j . w_r).
   // An error when this cuBLASLt / GPU offers no such algorithm (the caller scales itself).
   // ld: the row stride of x and w in bytes (0: k), for a GEMM over a slice of their columns.
-  Status matmul_fp8_scaled(const void* x, const void* w, float* out, int64_t n, int64_t m, int64_t k,
+  // out_type: F32, or BF16 (out then holds [n, m] BF16; not with accumulate).
+  Status matmul_fp8_scaled(const void* x, const void* w, void* out, int64_t n, int64_t m, int64_t k,
                            const float* x_scale, const float* w_scale, void* workspace, size_t ws_bytes,
-                           cudaStream_t stream, int64_t ld = 0, bool accumulate = false);
+                           cudaStream_t stream, int64_t ld = 0, bool accumulate = false,
+                           DType out_type = DType::F32);
 
  private:
   struct Plan {
@@ -48,9 +50,10 @@ class LtGemm {
   using Key = std::tuple<int, int64_t, int64_t, int64_t, size_t, int64_t, int64_t, int64_t>;
   LtGemm() = default;
   Result<Plan*> plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes, int64_t ldw,
-                     int64_t ldx, int64_t ldo, const float* a_scale = nullptr, const float* b_scale = nullptr);
+                     int64_t ldx, int64_t ldo, const float* a_scale = nullptr, const float* b_scale = nullptr,
+                     bool out_bf16 = false);
   static void destroy(Plan& p);
-  Status run(Plan& p, const void* x, const void* w, float* out, void* workspace, size_t ws_bytes,
+  Status run(Plan& p, const void* x, const void* w, void* out, void* workspace, size_t ws_bytes,
              cudaStream_t stream, bool accumulate);
 
   cublasLtHandle_t handle_ = nullptr;
