@@ -419,22 +419,48 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
   }
 }
 
-// A layer's chain on n rows of width d and an MLP of width f with FP8 weights: add, RMSNorm,
-// q/k GEMMs, RMSNorm, gate/up GEMMs, GLU, down GEMM.
+// A [m, k] weight on the GPU, packed FP8 or BF16, and its values as the GEMM sees them.
+struct ChainWeight {
+  Tensor t;
+  std::vector<float> dec;
+};
+ChainWeight chain_weight(const std::string& format, int64_t m, int64_t k, uint32_t seed) {
+  if (format == "fp8") {
+    Packed p = make_packed("fp8", m, k, seed);
+    return {p.t, p.dec};
+  }
+  ChainWeight w;
+  w.dec = random_floats(static_cast<size_t>(m * k), seed);
+  for (auto& v : w.dec) v = cuda_test::round_to(DType::BF16, v);
+  std::vector<uint8_t> raw = cuda_test::encode(DType::BF16, w.dec);
+  auto r = backend()->prepare_weight(make_tensor(raw.data(), DType::BF16, {m, k}));  // copied to the GPU
+  EXPECT_TRUE(r.is_ok()) << r.message();
+  if (r.is_ok()) w.t = *r;
+  return w;
+}
+
+// A layer's chain on n rows of width d and an MLP of width f with FP8 or BF16 weights: add,
+// RMSNorm, q/k GEMMs, RMSNorm, gate/up GEMMs, GLU, down GEMM.
 struct Chain {
+  std::string format;
   int n;
   int64_t d, f;
-  Packed q, k, g, u, dn;
+  ChainWeight q, k, g, u, dn;
   std::vector<float> as, bs;
   DevTensor w;
-  Chain(int n_, int64_t d_, int64_t f_, uint32_t seed)
-      : n(n_), d(d_), f(f_), q(make_packed("fp8", 40, d, seed)), k(make_packed("fp8", 24, d, seed + 1)),
-        g(make_packed("fp8", f, d, seed + 2)), u(make_packed("fp8", f, d, seed + 3)),
-        dn(make_packed("fp8", 48, f, seed + 4)), as(random_floats(static_cast<size_t>(n * d), seed + 5)),
-        bs(random_floats(static_cast<size_t>(n * d), seed + 6)),
+  Chain(const std::string& format_, int n_, int64_t d_, int64_t f_, uint32_t seed)
+      : format(format_), n(n_), d(d_), f(f_), q(chain_weight(format, 40, d, seed)),
+        k(chain_weight(format, 24, d, seed + 1)), g(chain_weight(format, f, d, seed + 2)),
+        u(chain_weight(format, f, d, seed + 3)), dn(chain_weight(format, 48, f, seed + 4)),
+        as(random_floats(static_cast<size_t>(n * d), seed + 5)), bs(random_floats(static_cast<size_t>(n * d), seed + 6)),
         w(dev_floats(random_floats(static_cast<size_t>(d), seed + 7), {d})) {}
   std::string where() const {
-    return "n " + std::to_string(n) + " d " + std::to_string(d) + " f " + std::to_string(f);
+    return format + " n " + std::to_string(n) + " d " + std::to_string(d) + " f " + std::to_string(f);
+  }
+  // The down GEMM on the GLU rows x [n, f] as it sees them (e4m3 rows, or BF16).
+  std::vector<double> down_of(const std::vector<float>& x) const {
+    if (format == "fp8") return reference(fp8_rows(x, n, f), dn.dec, nullptr, n, 48, f, false);
+    return reference(x, dn.dec, nullptr, n, 48, f, true, DType::BF16);
   }
   struct Out {
     std::vector<float> sum, h, q, k, glu, down;
@@ -472,26 +498,28 @@ struct Chain {
   }
 };
 
-// (add +) RMSNorm and GLU of more rows than the GEMV takes, followed by FP8 GEMMs of their
-// output: the norm / GLU kernel writes the e4m3 rows itself. Everything (the residual sum,
-// the norm and GLU outputs, the GEMM results) must equal the unfused sequence bit for bit;
-// a synchronize() between the ops gives that sequence. Widths take the register kernels
-// (392, 4096, 14336) and ones that do not fit them (16392, 20000: the quantize kernel after).
-TEST(CudaQuant, NormAndGluWriteFp8Rows) {
+// (add +) RMSNorm and GLU of more rows than the GEMV takes, followed by GEMMs of their output
+// (FP8 or BF16 weights): the norm / GLU kernel writes the e4m3 / BF16 rows itself. Everything
+// (the residual sum, the norm and GLU outputs, the GEMM results) must equal the unfused
+// sequence bit for bit; a synchronize() between the ops gives that sequence. Widths take the
+// register kernels (392, 4096, 14336) and ones that do not fit them (16392, 20000: the
+// quantize / convert kernel after).
+TEST(CudaQuant, NormAndGluWriteGemmRows) {
   SKIP_WITHOUT_GPU();
-  for (const auto& [n, d, f] : {std::tuple{24, 392, 200}, {9, 4096, 14336}, {33, 1032, 16392}, {17, 20000, 264}}) {
-    Chain c(n, d, f, 31);
-    const Chain::Out fused = c.run(false), plain = c.run(true);
-    EXPECT_EQ(fused.sum, plain.sum) << c.where();
-    EXPECT_EQ(fused.h, plain.h) << c.where();
-    EXPECT_EQ(fused.q, plain.q) << c.where();
-    EXPECT_EQ(fused.k, plain.k) << c.where();
-    EXPECT_EQ(fused.glu, plain.glu) << c.where();
-    EXPECT_EQ(fused.down, plain.down) << c.where();
-    // And the chain is right, not only repeatable: the last GEMM against a reference on the
-    // downloaded GLU rows quantized as the GEMM sees them.
-    const auto ref = reference(fp8_rows(plain.glu, n, f), c.dn.dec, nullptr, n, 48, f, false);
-    EXPECT_LE(rel(fused.down, ref), 1e-3) << c.where();
+  for (const std::string format : {"fp8", "bf16"}) {
+    for (const auto& [n, d, f] : {std::tuple{24, 392, 200}, {9, 4096, 14336}, {33, 1032, 16392}, {17, 20000, 264}}) {
+      Chain c(format, n, d, f, 31);
+      const Chain::Out fused = c.run(false), plain = c.run(true);
+      EXPECT_EQ(fused.sum, plain.sum) << c.where();
+      EXPECT_EQ(fused.h, plain.h) << c.where();
+      EXPECT_EQ(fused.q, plain.q) << c.where();
+      EXPECT_EQ(fused.k, plain.k) << c.where();
+      EXPECT_EQ(fused.glu, plain.glu) << c.where();
+      EXPECT_EQ(fused.down, plain.down) << c.where();
+      // And the chain is right, not only repeatable: the last GEMM against a reference on the
+      // downloaded GLU rows as the GEMM sees them.
+      EXPECT_LE(rel(fused.down, c.down_of(plain.glu)), 1e-3) << c.where();
+    }
   }
 }
 
@@ -500,37 +528,38 @@ bool all_nan(const std::vector<float>& v) {
 }
 
 // The chain with read-once hints (Backend::hint_read_once, as llama_layer gives them): a
-// hinted norm / GLU output feeding an FP8 GEMM is never written as F32 (it stays poisoned)
-// while the GEMMs see the same e4m3 rows, and gate / up, hinted, come out of their GEMMs as
+// hinted norm / GLU output feeding a GEMM is never written as F32 (it stays poisoned) while
+// the GEMMs see the same e4m3 / BF16 rows, and gate / up, hinted, come out of their GEMMs as
 // BF16 for the GLU. Against the same chain without hints: the residual sum and q/k bit for
 // bit, the down projection within the BF16 rounding of gate / up; and (a synchronize() after
 // the GLU launches it alone, writing F32) the GLU output and the GEMM after it against
 // references. Widths past the register kernels (f 16392) write everything as before.
 TEST(CudaQuant, ReadOnceHintsSkipDeadRows) {
   SKIP_WITHOUT_GPU();
-  for (const auto& [n, d, f] : {std::tuple{24, 392, 200}, {300, 1032, 1000}, {33, 1032, 16392}}) {
-    Chain c(n, d, f, 51);
-    const bool fits = f <= 16384;
-    const Chain::Out plain = c.run(false), lean = c.run(false, true), synced = c.run(false, true, true);
-    EXPECT_EQ(lean.sum, plain.sum) << c.where();
-    EXPECT_EQ(lean.q, plain.q) << c.where();
-    EXPECT_EQ(lean.k, plain.k) << c.where();
-    EXPECT_FALSE(all_nan(plain.h)) << c.where();
-    EXPECT_TRUE(all_nan(lean.h)) << c.where() << ": the hinted norm output was written";
-    if (fits) {
-      EXPECT_TRUE(all_nan(lean.glu)) << c.where() << ": the hinted GLU output was written";
-    } else {
-      EXPECT_EQ(lean.glu, plain.glu) << c.where();
-      EXPECT_EQ(lean.down, plain.down) << c.where();
+  for (const std::string format : {"fp8", "bf16"}) {
+    for (const auto& [n, d, f] : {std::tuple{24, 392, 200}, {300, 1032, 1000}, {33, 1032, 16392}}) {
+      Chain c(format, n, d, f, 51);
+      const bool fits = f <= 16384;
+      const Chain::Out plain = c.run(false), lean = c.run(false, true), synced = c.run(false, true, true);
+      EXPECT_EQ(lean.sum, plain.sum) << c.where();
+      EXPECT_EQ(lean.q, plain.q) << c.where();
+      EXPECT_EQ(lean.k, plain.k) << c.where();
+      EXPECT_FALSE(all_nan(plain.h)) << c.where();
+      EXPECT_TRUE(all_nan(lean.h)) << c.where() << ": the hinted norm output was written";
+      if (fits) {
+        EXPECT_TRUE(all_nan(lean.glu)) << c.where() << ": the hinted GLU output was written";
+      } else {
+        EXPECT_EQ(lean.glu, plain.glu) << c.where();
+        EXPECT_EQ(lean.down, plain.down) << c.where();
+      }
+      // BF16 gate / up: the GLU within their rounding, the GEMM after it exact on its rows.
+      const std::vector<double> plain_glu(plain.glu.begin(), plain.glu.end());
+      EXPECT_LE(rel(synced.glu, plain_glu), fits ? 1e-2 : 0.0) << c.where();
+      EXPECT_LE(rel(synced.down, c.down_of(synced.glu)), 1e-3) << c.where();
+      const std::vector<double> plain_down(plain.down.begin(), plain.down.end());
+      EXPECT_LE(rel(lean.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
+      EXPECT_LE(rel(synced.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
     }
-    // BF16 gate / up: the GLU within their rounding, the GEMM after it exact on its e4m3 rows.
-    const std::vector<double> plain_glu(plain.glu.begin(), plain.glu.end());
-    EXPECT_LE(rel(synced.glu, plain_glu), fits ? 1e-2 : 0.0) << c.where();
-    EXPECT_LE(rel(synced.down, reference(fp8_rows(synced.glu, n, f), c.dn.dec, nullptr, n, 48, f, false)), 1e-3)
-        << c.where();
-    const std::vector<double> plain_down(plain.down.begin(), plain.down.end());
-    EXPECT_LE(rel(lean.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
-    EXPECT_LE(rel(synced.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
   }
 }
 

@@ -367,6 +367,15 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     EMBER_CHECK(xq.x_written, "matmul: no FP8 GEMM, and x was hinted read-once (only its e4m3 rows exist)");
     flush();
   }
+  if (k > 0 && w.dtype == DType::BF16 && n > kGemvMaxBatch) {
+    // cuBLASLt on BF16 rows of x, which x's pending producer may write in its own kernel.
+    const void* xb = bf16_rows_of(x);
+    flush();
+    const Status st = lt_->matmul(DType::BF16, xb, w.data, out.data, n, m, k, lt_ws_, kLtWorkspaceBytes, stream_);
+    EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
+    if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
+    return;
+  }
   if (pn_.active || pgl_.active) flush();  // before a GEMV joins x's producer
   if (k > 0 && try_defer_gemv(x, w, b, out)) return;
   flush();
@@ -429,20 +438,19 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
     const MatmulTarget& t = targets[static_cast<size_t>(i)];
     jobs[i] = GemmJob{*t.w, check_matmul(x, *t.w, t.bias, *t.out), t.out->data};
   }
-  if (!fp8) {
-    run_gemms(x, nullptr, bf16_rows_of(x), jobs, count);
-    return;
-  }
-  const Fp8Rows xq = fp8_rows_of(x);
-  const int64_t m = jobs[0].w.n_rows();
-  if (fuse_ && lean_glu_ && bf16_gemm_out_ok_ && fp8_outer_ok_ && count == 2 && !jobs[0].bias && !jobs[1].bias &&
-      jobs[1].w.n_rows() == m && !overlaps(jobs[0].out, static_cast<size_t>(xq.n * m) * 4, jobs[1].out,
-                                           static_cast<size_t>(xq.n * m) * 4)) {
+  Fp8Rows xq{};
+  const void* xb = nullptr;
+  if (fp8) xq = fp8_rows_of(x);
+  else xb = bf16_rows_of(x);
+  const int64_t n = x.n_rows(), m = jobs[0].w.n_rows();
+  if (fuse_ && lean_glu_ && bf16_gemm_out_ok_ && (!fp8 || fp8_outer_ok_) && count == 2 && !jobs[0].bias &&
+      !jobs[1].bias && jobs[1].w.n_rows() == m &&
+      !overlaps(jobs[0].out, static_cast<size_t>(n * m) * 4, jobs[1].out, static_cast<size_t>(n * m) * 4)) {
     flush();  // whatever was pending runs before these GEMMs
-    pgm_ = PendingGemms{true, x, xq, {jobs[0], jobs[1]}};
+    pgm_ = PendingGemms{true, x, fp8, xq, xb, {jobs[0], jobs[1]}};
     return;
   }
-  run_gemms(x, &xq, nullptr, jobs, count);
+  run_gemms(x, fp8 ? &xq : nullptr, xb, jobs, count);
 }
 
 bool CudaBackend::run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, const GemmJob* jobs, int count,
@@ -456,6 +464,10 @@ bool CudaBackend::run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, 
     if (xq && out_bf16)
       return lt_->matmul_fp8_scaled(xq->q, j.w.data, j.out, n, m, xq->k_pad, xq->scale, fp8_channel_scales(j.w), ws,
                                     kLtWorkspaceBytes, stream, 0, false, DType::BF16)
+          .is_ok();
+    if (out_bf16)
+      return lt_->matmul(DType::BF16, xb, j.w.data, j.out, n, m, k, ws, kLtWorkspaceBytes, stream, 0, 0, 0, false,
+                         DType::BF16)
           .is_ok();
     Tensor out = make_tensor(j.out, DType::F32, {n, m}, Device::CUDA);
     if (xq) return fp8_gemm(*xq, j.w, j.bias, out, stream, ws);
@@ -476,7 +488,7 @@ bool CudaBackend::run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, 
       // The first GEMM declined before anything ran (the others take the same plan): the
       // caller runs them all with F32 output. Side streams have not forked yet.
       EMBER_CHECK(i == 0, "matmul: cuBLASLt took the first BF16-output FP8 GEMM but not GEMM {}", i);
-      EMBER_LOG_WARN("cuda backend: no cuBLASLt FP8 GEMM with BF16 output; gate / up stay F32");
+      EMBER_LOG_WARN("cuda backend: no cuBLASLt GEMM with BF16 output; gate / up stay F32");
       bf16_gemm_out_ok_ = false;
       return false;
     }
@@ -507,33 +519,58 @@ bool CudaBackend::fp8_large(const Tensor& x, const Tensor& w) const {
 // x [n, k] F32 -> e4m3 [n, k_pad] with one scale per row, in the xq_ scratch: written by the
 // pending RMSNorm or GLU that produces x (one kernel for both), else quantized from x after
 // what is pending has launched.
+bool CudaBackend::rows_from_producer(const Tensor& x, const GemmRowsOut& ro, bool* only_rows) {
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  // A producer hinted read-once writes only the GEMM's rows.
+  const bool once = read_once(x.data, static_cast<size_t>(n * k) * sizeof(float), /*take=*/true);
+  cudaError_t e = cudaErrorNotSupported;
+  if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
+    e = launch_rms_norm_rows(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, once ? nullptr : pn_.out, n, k, ro,
+                             stream_, /*pdl=*/true);
+    if (e != cudaErrorNotSupported) pn_.active = false;
+  } else if (pgl_.active && pgl_.out == x.data && pgl_.rows == n && pgl_.cols == k) {
+    e = launch_glu_rows(pgl_.in_type, pgl_.gate, pgl_.up, pgl_.gelu_tanh, once ? nullptr : pgl_.out, n, k, &ro,
+                        stream_, /*pdl=*/true);
+    if (e != cudaErrorNotSupported) pgl_.active = false;
+  }
+  if (e == cudaErrorNotSupported) return false;
+  EMBER_CUDA_CHECK(e);
+  *only_rows = once;
+  return true;
+}
+
 CudaBackend::Fp8Rows CudaBackend::fp8_rows_of(const Tensor& x) {
-  if (pgm_.active) flush();  // held-back GEMMs read the xq_ scratch this reuses
+  if (pgm_.active) flush();  // held-back GEMMs read the scratch this reuses
   const int64_t n = x.n_rows(), k = x.n_cols();
   const int64_t k_pad = qweight_k_pad(QFormat::Fp8, k);
   const size_t xq_bytes = (static_cast<size_t>(n * k_pad) + 255) / 256 * 256;
   auto* xq = static_cast<uint8_t*>(scratch(xq_, xq_bytes + static_cast<size_t>(n) * sizeof(float)));
   auto* x_scale = reinterpret_cast<float*>(xq + xq_bytes);
-  const Fp8RowsOut fq{xq, x_scale, k_pad};
-  // A producer hinted read-once writes only the e4m3 rows.
-  const bool only_rows = read_once(x.data, static_cast<size_t>(n * k) * sizeof(float), /*take=*/true);
-  cudaError_t e = cudaErrorNotSupported;
-  if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
-    e = launch_rms_norm_fp8(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, only_rows ? nullptr : pn_.out, n, k,
-                            fq, stream_, /*pdl=*/true);
-    if (e != cudaErrorNotSupported) pn_.active = false;
-  } else if (pgl_.active && pgl_.out == x.data && pgl_.rows == n && pgl_.cols == k) {
-    e = launch_glu_rows(pgl_.in_type, pgl_.gate, pgl_.up, pgl_.gelu_tanh, only_rows ? nullptr : pgl_.out, n, k, &fq,
-                        stream_, /*pdl=*/true);
-    if (e != cudaErrorNotSupported) pgl_.active = false;
-  }
-  const bool x_written = !(only_rows && e != cudaErrorNotSupported);
-  if (e == cudaErrorNotSupported) {
+  GemmRowsOut ro;
+  ro.fq = Fp8RowsOut{xq, x_scale, k_pad};
+  bool only_rows = false;
+  if (!rows_from_producer(x, ro, &only_rows)) {
     flush();
-    e = launch_quantize_rows_fp8(x.as<float>(), n, k, k_pad, xq, x_scale, stream_);
+    EMBER_CUDA_CHECK(launch_quantize_rows_fp8(x.as<float>(), n, k, k_pad, xq, x_scale, stream_));
   }
-  EMBER_CUDA_CHECK(e);
-  return Fp8Rows{xq, x_scale, n, k_pad, x_written};
+  return Fp8Rows{xq, x_scale, n, k_pad, !only_rows};
+}
+
+// x [n, k] F32 -> BF16 [n, k] in the xconv_ scratch (the BF16 GEMMs' x): from x's pending
+// producer, else converted after what is pending. (Callers never fall back to x itself, so a
+// producer hinted read-once may leave x unwritten.)
+const void* CudaBackend::bf16_rows_of(const Tensor& x) {
+  if (pgm_.active) flush();  // held-back GEMMs read the scratch this reuses
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
+  GemmRowsOut ro;
+  ro.bf16 = xb;
+  bool only_rows = false;
+  if (!rows_from_producer(x, ro, &only_rows)) {
+    flush();
+    EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
+  }
+  return xb;
 }
 
 bool CudaBackend::read_once(const void* p, size_t bytes, bool take) {
@@ -552,15 +589,6 @@ void CudaBackend::hint_read_once(const Tensor& t) {
     --n_read_once_;
   }
   read_once_[n_read_once_++] = ByteRange{t.data, t.nbytes()};
-}
-
-// x [n, k] F32 -> BF16 [n, k] in the xconv_ scratch (the BF16 GEMMs' x), after what is pending.
-const void* CudaBackend::bf16_rows_of(const Tensor& x) {
-  flush();
-  const int64_t n = x.n_rows(), k = x.n_cols();
-  void* xb = scratch(xconv_, static_cast<size_t>(n * k) * 2);
-  EMBER_CUDA_CHECK(launch_convert(DType::F32, x.data, DType::BF16, xb, n * k, stream_));
-  return xb;
 }
 
 // out = (x @ w^T) scaled by x's row scales and w's channel scales (+ bias), through cuBLASLt's
@@ -885,7 +913,7 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   }
   const int64_t rows = gate.n_rows(), cols = gate.n_cols();
   const size_t half = static_cast<size_t>(rows * cols) * 2;  // bytes of one BF16 [rows, cols]
-  if (pgm_.active && pgm_.jobs[0].out == gate.data && pgm_.jobs[1].out == up.data && pgm_.xq.n == rows &&
+  if (pgm_.active && pgm_.jobs[0].out == gate.data && pgm_.jobs[1].out == up.data && pgm_.x.n_rows() == rows &&
       pgm_.jobs[0].w.n_rows() == cols && gate.n_dims == 2 && cols % 4 == 0 && cols <= 16 * 1024 && half % 16 == 0 &&
       !overlaps(out.data, out.nbytes(), up.data, up.nbytes()) && read_once(up.data, up.nbytes(), /*take=*/true)) {
     // The held-back gate / up GEMMs write BF16 into up's buffer (nothing reads up after this
@@ -895,11 +923,11 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
     jobs[0].out = bf;
     jobs[1].out = bf + half;
     pgm_.active = false;
-    if (run_gemms(pgm_.x, &pgm_.xq, nullptr, jobs, 2, /*out_bf16=*/true)) {
+    if (pgm_.run(*this, jobs, /*out_bf16=*/true)) {
       pgl_ = PendingGlu{true, bf, bf + half, DType::BF16, gelu_tanh, out.as<float>(), rows, cols};
       return;
     }
-    run_gemms(pgm_.x, &pgm_.xq, nullptr, pgm_.jobs, 2);
+    pgm_.run(*this, pgm_.jobs, false);
   }
   flush();
   if (fuse_ && rows > kQGemvMaxBatch && gate.n_dims == 2) {

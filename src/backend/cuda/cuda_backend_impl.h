@@ -11,12 +11,13 @@
 //   - add(a, b, out) followed by rms_norm(out, ...): one residual-add + norm kernel;
 //   - rope(q) followed by rope(k) with the same positions and parameters, and then
 //     kv_store(k, v): one launch that rotates q and k and writes the cache;
-//   - (add +) rms_norm or glu of more rows than the GEMV takes, followed by FP8 GEMMs of their
-//     output: the norm / GLU kernel also writes the e4m3 rows the GEMMs read, and only those
-//     when the output was hinted read-once (hint_read_once): no F32 rows nobody reads;
-//   - matmul_many of two FP8 matrices (gate / up) followed by glu of their outputs, the up
-//     output hinted read-once: the GEMMs write BF16 into up's buffer (gate's half, up's half)
-//     and the GLU reads those, half the bytes of F32 both ways.
+//   - (add +) rms_norm or glu of more rows than the GEMV takes, followed by GEMMs of their
+//     output (FP8 or BF16 weights): the norm / GLU kernel also writes the e4m3 or BF16 rows the
+//     GEMMs read, and only those when the output was hinted read-once (hint_read_once): no F32
+//     rows nobody reads;
+//   - matmul_many of two FP8 or BF16 matrices (gate / up) followed by glu of their outputs, the
+//     up output hinted read-once: the GEMMs write BF16 into up's buffer (gate's half, up's
+//     half) and the GLU reads those, half the bytes of F32 both ways.
 // EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called), EMBER_CUDA_LEAN_GLU=0
 // the read-once hints (and with them the BF16 gate / up outputs). EMBER_CUDA_FP8_OUTER=0
 // applies the FP8 GEMM's row / channel scales in a kernel after it instead of inside it.
@@ -24,6 +25,7 @@
 // launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
 // EMBER_CUDA_DECODE_SPLITS force a GEMV tiling / a decode split count (tuning experiments).
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemv.cuh"
@@ -200,6 +202,10 @@ class CudaBackend final : public Backend, public CudaStep {
   void matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
   // The checks of matmul's arguments; returns the bias data (null: none).
   const float* check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
+  // The GEMM x rows of x (xq_ / xconv_ scratch): written by the pending RMSNorm or GLU that
+  // produces x in the same kernel (only those rows when x was hinted read-once: *only_rows),
+  // else converted from x after what is pending. False: no pending producer took them.
+  bool rows_from_producer(const Tensor& x, const GemmRowsOut& ro, bool* only_rows);
   // x quantized to e4m3 rows for the FP8 GEMM: q [n, k_pad], scale [n] (device, xq_ scratch).
   // x_written false: x itself was never written (its producer was hinted read-once and wrote
   // only these rows), so no fallback may read x.
@@ -221,16 +227,22 @@ class CudaBackend final : public Backend, public CudaStep {
   // launched, when cuBLASLt has no BF16-output FP8 GEMM (the caller runs them as F32).
   bool run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, const GemmJob* jobs, int count,
                  bool out_bf16 = false);
-  // matmul_many's FP8 gate / up GEMMs held back until the next op: a glu of their outputs
-  // takes them as BF16 (see the file comment), anything else launches them as F32.
+  // matmul_many's gate / up GEMMs (FP8: on xq; BF16: on xb) held back until the next op: a
+  // glu of their outputs takes them as BF16 (see the file comment), anything else launches
+  // them as F32.
   struct PendingGemms {
     bool active = false;
     Tensor x;
+    bool fp8 = false;
     Fp8Rows xq{};
+    const void* xb = nullptr;
     GemmJob jobs[2];
+    bool run(CudaBackend& be, const GemmJob* jobs, bool out_bf16) const {
+      return be.run_gemms(x, fp8 ? &xq : nullptr, xb, jobs, 2, out_bf16);
+    }
   };
   PendingGemms pgm_;
-  bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output FP8 GEMM
+  bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output GEMM
   bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
   bool fp8_large(const Tensor& x, const Tensor& w) const;
   static const float* fp8_channel_scales(const Tensor& w);

@@ -134,7 +134,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
 void CudaBackend::flush() {
   if (pgm_.active) {
     pgm_.active = false;
-    run_gemms(pgm_.x, &pgm_.xq, nullptr, pgm_.jobs, 2);
+    pgm_.run(*this, pgm_.jobs, false);
   }
   if (pg_.count > 0) {
     const int count = pg_.count;

@@ -107,9 +107,19 @@ __device__ __forceinline__ float4 load_w4<__nv_bfloat16>(const __nv_bfloat16* w,
   return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
 }
 
-template <typename W, int V, bool kAdd, bool kFp8>
+// Which GEMM x rows a norm / GLU kernel writes besides its F32 output (GemmRowsOut).
+constexpr int kRowsNone = 0, kRowsE4m3 = 1, kRowsBf16 = 2;
+int rows_kind(const GemmRowsOut* ro) { return !ro ? kRowsNone : ro->fq.q ? kRowsE4m3 : kRowsBf16; }
+
+// Four floats as four BF16 (round to nearest, as launch_convert).
+__device__ __forceinline__ uint2 bf16x4(float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
+template <typename W, int V, bool kAdd, int kRows>
 __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
-                                    const W* __restrict__ w, float eps, float* out, int64_t d, Fp8RowsOut fq) {
+                                    const W* __restrict__ w, float eps, float* out, int64_t d, GemmRowsOut ro) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r0 = blockIdx.x * d;
@@ -141,12 +151,13 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
     if (i < n4) {
       const float4 g = load_w4(w, i);
       v[j] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
-      if (!kFp8 || out) reinterpret_cast<float4*>(out + r0)[i] = v[j];
+      if (kRows == kRowsNone || out) reinterpret_cast<float4*>(out + r0)[i] = v[j];
+      if constexpr (kRows == kRowsBf16) reinterpret_cast<uint2*>(ro.bf16)[blockIdx.x * d / 4 + i] = bf16x4(v[j]);
     }
   }
-  if constexpr (kFp8) {
+  if constexpr (kRows == kRowsE4m3) {
     __shared__ float s_max[32];
-    store_row_fp8(v, n4, blockIdx.x, fq, s_max);
+    store_row_fp8(v, n4, blockIdx.x, ro.fq, s_max);
   }
 }
 
@@ -154,34 +165,35 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // The register kernel when the row fits (d % 4 == 0, <= 4 float4 per thread of 1024) and every
 // pointer is aligned; returns cudaErrorNotSupported otherwise (the caller takes the loop kernel).
-// fq: also the e4m3 rows of out (null: none).
+// ro: also the GEMM x rows of out (null: none); out may then be null (not written).
 template <typename W, bool kAdd>
 cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W* w, float eps,
                             float* out, int64_t rows, int64_t d, cudaStream_t stream, bool pdl,
-                            const Fp8RowsOut* fq = nullptr) {
+                            const GemmRowsOut* ro = nullptr) {
   const int64_t n4 = d / 4;
-  if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || (out ? !aligned16(out) : !fq) ||
+  const int kind = rows_kind(ro);
+  if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || (out ? !aligned16(out) : !ro) ||
       (kAdd && (!aligned16(b) || !aligned16(sum))) ||
       reinterpret_cast<uintptr_t>(w) % (sizeof(W) * 4) != 0 ||
-      (fq && (fq->k_pad % 4 != 0 || fq->k_pad < d || reinterpret_cast<uintptr_t>(fq->q) % 4 != 0)))
+      (kind == kRowsE4m3 && (ro->fq.k_pad % 4 != 0 || ro->fq.k_pad < d || reinterpret_cast<uintptr_t>(ro->fq.q) % 4 != 0)) ||
+      (kind == kRowsBf16 && reinterpret_cast<uintptr_t>(ro->bf16) % 8 != 0))
     return cudaErrorNotSupported;
   const int threads = static_cast<int>(std::min<int64_t>(1024, (n4 + 31) / 32 * 32));
   const int v = static_cast<int>((n4 + threads - 1) / threads);
   const dim3 grid(static_cast<unsigned>(rows)), block(threads);
-  const Fp8RowsOut q = fq ? *fq : Fp8RowsOut{};
+  const GemmRowsOut q = ro ? *ro : GemmRowsOut{};
   auto go = [&](auto kernel) { return launch_kernel(kernel, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d, q); };
-  if (fq) {
+  auto pick = [&](auto k) {
+    constexpr int K = decltype(k)::value;
     switch (v) {
-      case 1: return go(rms_norm_reg_kernel<W, 1, kAdd, true>);
-      case 2: return go(rms_norm_reg_kernel<W, 2, kAdd, true>);
-      default: return go(rms_norm_reg_kernel<W, 4, kAdd, true>);
+      case 1: return go(rms_norm_reg_kernel<W, 1, kAdd, K>);
+      case 2: return go(rms_norm_reg_kernel<W, 2, kAdd, K>);
+      default: return go(rms_norm_reg_kernel<W, 4, kAdd, K>);
     }
-  }
-  switch (v) {
-    case 1: return go(rms_norm_reg_kernel<W, 1, kAdd, false>);
-    case 2: return go(rms_norm_reg_kernel<W, 2, kAdd, false>);
-    default: return go(rms_norm_reg_kernel<W, 4, kAdd, false>);
-  }
+  };
+  if (kind == kRowsE4m3) return pick(std::integral_constant<int, kRowsE4m3>{});
+  if (kind == kRowsBf16) return pick(std::integral_constant<int, kRowsBf16>{});
+  return pick(std::integral_constant<int, kRowsNone>{});
 }
 
 // One thread per rotated pair, over the heads of x1 then those of x2 (q and k in one launch;
@@ -239,11 +251,11 @@ __global__ void glu4_kernel(const float4* gate, const float4* up, bool gelu_tanh
 }
 
 // One block of 256 threads a row: the GLU of the row kept in registers, written as F32 (out
-// null: not at all) and as e4m3 rows for the FP8 GEMM that reads it (kFp8). gate and up F32,
-// or BF16 (what the FP8 gate / up GEMMs write when nothing else reads them).
-template <typename T, int kVec, bool kFp8>
+// null: not at all) and as the GEMM x rows that read it (kRows). gate and up F32, or BF16
+// (what the gate / up GEMMs write when nothing else reads them).
+template <typename T, int kVec, int kRows>
 __global__ void __launch_bounds__(256) glu_rows_kernel(const T* gate, const T* up, bool gelu_tanh, float* out,
-                                                       int64_t cols, Fp8RowsOut fq) {
+                                                       int64_t cols, GemmRowsOut ro) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r0 = blockIdx.x * cols;
@@ -255,21 +267,22 @@ __global__ void __launch_bounds__(256) glu_rows_kernel(const T* gate, const T* u
     if (c < n4) {
       v[j] = glu4(load_w4(gate + r0, c), load_w4(up + r0, c), gelu_tanh);
       if (out) reinterpret_cast<float4*>(out + r0)[c] = v[j];
+      if constexpr (kRows == kRowsBf16) reinterpret_cast<uint2*>(ro.bf16)[r0 / 4 + c] = bf16x4(v[j]);
     }
   }
-  if constexpr (kFp8) {
+  if constexpr (kRows == kRowsE4m3) {
     __shared__ float s_max[32];
-    store_row_fp8(v, n4, blockIdx.x, fq, s_max);
+    store_row_fp8(v, n4, blockIdx.x, ro.fq, s_max);
   }
 }
 
 // The GLU of BF16 gate / up rows in chunks of 8 values (16-byte loads), up to 1024 threads a
 // row so that a decode batch's few hundred rows still fill the SMs; out (F32, null: not
-// written) and the e4m3 rows as glu_rows_kernel.
-template <int V, bool kFp8>
+// written) and the GEMM x rows as glu_rows_kernel.
+template <int V, int kRows>
 __global__ void __launch_bounds__(1024) glu_bf16x8_rows_kernel(const __nv_bfloat16* gate, const __nv_bfloat16* up,
                                                                bool gelu_tanh, float* out, int64_t cols,
-                                                               Fp8RowsOut fq) {
+                                                               GemmRowsOut ro) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r0 = blockIdx.x * cols;
@@ -289,11 +302,15 @@ __global__ void __launch_bounds__(1024) glu_bf16x8_rows_kernel(const __nv_bfloat
         reinterpret_cast<float4*>(out + r0)[2 * c] = v[2 * j];
         reinterpret_cast<float4*>(out + r0)[2 * c + 1] = v[2 * j + 1];
       }
+      if constexpr (kRows == kRowsBf16) {
+        const uint2 lo = bf16x4(v[2 * j]), hi = bf16x4(v[2 * j + 1]);
+        reinterpret_cast<uint4*>(ro.bf16)[r0 / 8 + c] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      }
     }
   }
-  if constexpr (kFp8) {
+  if constexpr (kRows == kRowsE4m3) {
     __shared__ float s_max[32];
-    store_row_fp8_x8<V>(v, n8, blockIdx.x, fq, s_max);
+    store_row_fp8_x8<V>(v, n8, blockIdx.x, ro.fq, s_max);
   }
 }
 
@@ -477,60 +494,68 @@ cudaError_t launch_fill_random(DType type, void* dst, int64_t n, uint64_t seed, 
   return cudaGetLastError();
 }
 
-cudaError_t launch_rms_norm_fp8(const float* a, const float* b, float* sum, const void* w, DType w_type,
-                                float eps, float* out, int64_t rows, int64_t d, const Fp8RowsOut& fq,
-                                cudaStream_t stream, bool pdl) {
+cudaError_t launch_rms_norm_rows(const float* a, const float* b, float* sum, const void* w, DType w_type, float eps,
+                                 float* out, int64_t rows, int64_t d, const GemmRowsOut& ro, cudaStream_t stream,
+                                 bool pdl) {
   if (rows == 0) return cudaSuccess;
   if (w_type != DType::F32 && w_type != DType::BF16) return cudaErrorInvalidValue;
+  if ((ro.fq.q != nullptr) == (ro.bf16 != nullptr)) return cudaErrorInvalidValue;
+  const auto* wf = static_cast<const float*>(w);
+  const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if (b) {
-    return w_type == DType::F32
-               ? launch_norm_reg<float, true>(a, b, sum, static_cast<const float*>(w), eps, out, rows, d, stream, pdl, &fq)
-               : launch_norm_reg<__nv_bfloat16, true>(a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, rows,
-                                                      d, stream, pdl, &fq);
+    return w_type == DType::F32 ? launch_norm_reg<float, true>(a, b, sum, wf, eps, out, rows, d, stream, pdl, &ro)
+                                : launch_norm_reg<__nv_bfloat16, true>(a, b, sum, wb, eps, out, rows, d, stream, pdl, &ro);
   }
   return w_type == DType::F32
-             ? launch_norm_reg<float, false>(a, nullptr, nullptr, static_cast<const float*>(w), eps, out, rows, d, stream,
-                                             pdl, &fq)
-             : launch_norm_reg<__nv_bfloat16, false>(a, nullptr, nullptr, static_cast<const __nv_bfloat16*>(w), eps, out,
-                                                     rows, d, stream, pdl, &fq);
+             ? launch_norm_reg<float, false>(a, nullptr, nullptr, wf, eps, out, rows, d, stream, pdl, &ro)
+             : launch_norm_reg<__nv_bfloat16, false>(a, nullptr, nullptr, wb, eps, out, rows, d, stream, pdl, &ro);
 }
 
 cudaError_t launch_glu_rows(DType in_type, const void* gate, const void* up, bool gelu_tanh, float* out, int64_t rows,
-                            int64_t cols, const Fp8RowsOut* fq, cudaStream_t stream, bool pdl) {
+                            int64_t cols, const GemmRowsOut* ro, cudaStream_t stream, bool pdl) {
   if (rows == 0) return cudaSuccess;
+  if (ro && (ro->fq.q != nullptr) == (ro->bf16 != nullptr)) return cudaErrorInvalidValue;
+  const int kind = rows_kind(ro);
   const size_t esize = in_type == DType::BF16 ? 2 : 4;
   if ((in_type != DType::F32 && in_type != DType::BF16) || cols % 4 != 0 || cols > 16 * 1024 ||
       (cols * esize) % 8 != 0 || reinterpret_cast<uintptr_t>(gate) % (4 * esize) != 0 ||
-      reinterpret_cast<uintptr_t>(up) % (4 * esize) != 0 || (out ? !aligned16(out) : !fq) ||
-      (fq && (fq->k_pad % 4 != 0 || fq->k_pad < cols || reinterpret_cast<uintptr_t>(fq->q) % 4 != 0)))
+      reinterpret_cast<uintptr_t>(up) % (4 * esize) != 0 || (out ? !aligned16(out) : !ro) ||
+      (kind == kRowsE4m3 &&
+       (ro->fq.k_pad % 4 != 0 || ro->fq.k_pad < cols || reinterpret_cast<uintptr_t>(ro->fq.q) % 4 != 0)) ||
+      (kind == kRowsBf16 && !aligned16(ro->bf16)))
     return cudaErrorNotSupported;
   const dim3 grid(static_cast<unsigned>(rows)), block(256);
-  const Fp8RowsOut q = fq ? *fq : Fp8RowsOut{};
+  const GemmRowsOut q = ro ? *ro : GemmRowsOut{};
+  auto by_kind = [&](auto launch) {
+    if (kind == kRowsE4m3) return launch(std::integral_constant<int, kRowsE4m3>{});
+    if (kind == kRowsBf16) return launch(std::integral_constant<int, kRowsBf16>{});
+    return launch(std::integral_constant<int, kRowsNone>{});
+  };
   const int64_t n8 = cols / 8;
   if (in_type == DType::BF16 && cols % 8 == 0 && aligned16(gate) && aligned16(up) && n8 <= 2048 &&
-      (!fq || (fq->k_pad % 8 == 0 && reinterpret_cast<uintptr_t>(fq->q) % 8 == 0))) {
+      (kind != kRowsE4m3 || (ro->fq.k_pad % 8 == 0 && reinterpret_cast<uintptr_t>(ro->fq.q) % 8 == 0))) {
     const int threads = static_cast<int>(std::min<int64_t>(1024, (n8 + 31) / 32 * 32));
     const bool two = n8 > threads;
     const auto* g = static_cast<const __nv_bfloat16*>(gate);
     const auto* u = static_cast<const __nv_bfloat16*>(up);
-    auto go8 = [&](auto kernel) {
+    return by_kind([&](auto k) {
+      constexpr int K = decltype(k)::value;
+      auto kernel = two ? glu_bf16x8_rows_kernel<2, K> : glu_bf16x8_rows_kernel<1, K>;
       return launch_kernel(kernel, grid, dim3(threads), 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
-    };
-    if (fq) return two ? go8(glu_bf16x8_rows_kernel<2, true>) : go8(glu_bf16x8_rows_kernel<1, true>);
-    return two ? go8(glu_bf16x8_rows_kernel<2, false>) : go8(glu_bf16x8_rows_kernel<1, false>);
+    });
   }
-  auto go = [&](auto t, auto fp8) {
+  auto go = [&](auto t) {
     using T = decltype(t);
-    constexpr bool kFp8 = decltype(fp8)::value;
     const T* g = static_cast<const T*>(gate);
     const T* u = static_cast<const T*>(up);
-    if (cols <= 4 * 1024) return launch_kernel(glu_rows_kernel<T, 4, kFp8>, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
-    if (cols <= 8 * 1024) return launch_kernel(glu_rows_kernel<T, 8, kFp8>, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
-    return launch_kernel(glu_rows_kernel<T, 16, kFp8>, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
+    return by_kind([&](auto k) {
+      constexpr int K = decltype(k)::value;
+      auto kernel = cols <= 4 * 1024 ? glu_rows_kernel<T, 4, K> : cols <= 8 * 1024 ? glu_rows_kernel<T, 8, K>
+                                                                                   : glu_rows_kernel<T, 16, K>;
+      return launch_kernel(kernel, grid, block, 0, stream, pdl, g, u, gelu_tanh, out, cols, q);
+    });
   };
-  if (in_type == DType::BF16)
-    return fq ? go(__nv_bfloat16{}, std::true_type{}) : go(__nv_bfloat16{}, std::false_type{});
-  return fq ? go(float{}, std::true_type{}) : go(float{}, std::false_type{});
+  return in_type == DType::BF16 ? go(__nv_bfloat16{}) : go(float{});
 }
 
 }  // namespace ember::cuda

@@ -27,14 +27,21 @@ cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, cons
                                 DType w_type, float eps, float* out, int64_t rows, int64_t d,
                                 cudaStream_t stream, bool pdl = false);
 
-// The RMSNorm above (b null) or the add + RMSNorm (b given), also writing out's rows as e4m3
-// with one scale per row to fq (the same bytes launch_quantize_rows_fp8 would make of out);
-// out null: only the e4m3 rows (and sum).
-// cudaErrorNotSupported when the row does not fit the register kernel (d % 4 != 0, d > 16384,
-// unaligned pointers): nothing is launched then.
-cudaError_t launch_rms_norm_fp8(const float* a, const float* b, float* sum, const void* w, DType w_type,
-                                float eps, float* out, int64_t rows, int64_t d, const Fp8RowsOut& fq,
-                                cudaStream_t stream, bool pdl = false);
+// The x rows of the GEMM that reads a norm's or GLU's output, written by that kernel on the
+// way out: e4m3 with one scale per row (fq.q set; the same bytes launch_quantize_rows_fp8 would
+// make of the output), or BF16 [rows, cols] (bf16 set; launch_convert's values). One of them.
+struct GemmRowsOut {
+  Fp8RowsOut fq;
+  void* bf16 = nullptr;
+};
+
+// The RMSNorm above (b null) or the add + RMSNorm (b given), also writing out's rows for the
+// GEMM that reads them (ro); out null: only those rows (and sum). cudaErrorNotSupported when
+// the row does not fit the register kernel (d % 4 != 0, d > 16384, unaligned pointers):
+// nothing is launched then.
+cudaError_t launch_rms_norm_rows(const float* a, const float* b, float* sum, const void* w, DType w_type, float eps,
+                                 float* out, int64_t rows, int64_t d, const GemmRowsOut& ro, cudaStream_t stream,
+                                 bool pdl = false);
 
 // Rotates x in place.   x [n, n_heads, head_dim] F32; positions [n] and inv_freq
 // [rotary_dim / 2] in device memory.
@@ -53,11 +60,11 @@ cudaError_t launch_glu(const float* gate, const float* up, bool gelu_tanh, float
                        cudaStream_t stream, bool pdl = false);
 
 // The GLU above on rows [rows, cols] of F32 or BF16 (in_type) gate and up, one block a row:
-// out F32 (null: not written, fq required), and with fq also out's rows as e4m3 (see
-// launch_rms_norm_fp8). cudaErrorNotSupported (nothing launched) when cols % 4 != 0,
-// cols > 16384 or a pointer is not aligned to 4 elements (16 bytes for out).
+// out F32 (null: not written, ro required), and with ro also out's rows for the GEMM that
+// reads them (see launch_rms_norm_rows). cudaErrorNotSupported (nothing launched) when
+// cols % 4 != 0, cols > 16384 or a pointer is not aligned to 4 elements (16 bytes for out).
 cudaError_t launch_glu_rows(DType in_type, const void* gate, const void* up, bool gelu_tanh, float* out, int64_t rows,
-                            int64_t cols, const Fp8RowsOut* fq, cudaStream_t stream, bool pdl = false);
+                            int64_t cols, const GemmRowsOut* ro, cudaStream_t stream, bool pdl = false);
 
 // out = a + b.   all [n] F32; out may alias a or b.
 cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream,

@@ -86,14 +86,17 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
   return &it->second;
 }
 
-Status LtGemm::matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
+Status LtGemm::matmul(DType type, const void* x, const void* w, void* out, int64_t n, int64_t m,
                       int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw,
-                      int64_t ldx, int64_t ldo, bool accumulate) {
+                      int64_t ldx, int64_t ldo, bool accumulate, DType out_type) {
   if (type != DType::BF16 && type != DType::F32 && type != DType::FP8_E4M3)
     return Status::errorf("cuBLASLt GEMM: unsupported dtype {}", dtype_name(type));
+  if ((out_type != DType::F32 && out_type != DType::BF16) || (out_type == DType::BF16 && accumulate))
+    return Status::errorf("cuBLASLt GEMM: unsupported output {}{}", dtype_name(out_type),
+                          accumulate ? " with accumulate" : "");
   if (n == 0 || m == 0) return Status::ok();
   EMBER_ASSIGN_OR_RETURN(Plan * p, plan(type, n, m, k, ws_bytes, ldw > 0 ? ldw : k, ldx > 0 ? ldx : k,
-                                        ldo > 0 ? ldo : m));
+                                        ldo > 0 ? ldo : m, nullptr, nullptr, out_type == DType::BF16));
   return run(*p, x, w, out, workspace, ws_bytes, stream, accumulate);
 }
 

@@ -28,9 +28,10 @@ class LtGemm {
   // workspace: device scratch of ws_bytes. ldw / ldx: row strides of w / x in elements,
   // ldo: of out (0: k, k, m).
   // accumulate: out += x @ w^T (the GEMM reads out as its C) instead of out = x @ w^T.
-  Status matmul(DType type, const void* x, const void* w, float* out, int64_t n, int64_t m,
+  // out_type: F32, or BF16 (out then holds BF16; not with accumulate).
+  Status matmul(DType type, const void* x, const void* w, void* out, int64_t n, int64_t m,
                 int64_t k, void* workspace, size_t ws_bytes, cudaStream_t stream, int64_t ldw = 0,
-                int64_t ldx = 0, int64_t ldo = 0, bool accumulate = false);
+                int64_t ldx = 0, int64_t ldo = 0, bool accumulate = false, DType out_type = DType::F32);
   // FP8 e4m3 x [n, k] and w [m, k] with one scale per row of each, applied inside the GEMM by
   // cuBLASLt's outer-vector scaling: out[j, r] = x_scale[j] * w_scale[r] * (x_j . w_r).
   // An error when this cuBLASLt / GPU offers no such algorithm (the caller scales itself).
