@@ -8,6 +8,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/rows.cuh"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "quant/quant.h"
 
 #include <algorithm>
@@ -45,14 +46,29 @@ void require(const Tensor& t, DType dtype, const char* what) {
 }
 
 // Rows [r0, r0 + nr) of a host matrix as an upload source: plain types as stored, quantized
-// types dequantized to F32 into deq.
-const void* host_rows(const Tensor& host, bool plain, int64_t r0, int64_t nr, std::vector<float>& deq) {
+// types dequantized to F32 into deq (by the pool's threads when there is one).
+const void* host_rows(const Tensor& host, bool plain, int64_t r0, int64_t nr, std::vector<float>& deq,
+                      ThreadPool* pool) {
   if (plain) return host.row_ptr(r0);
   const int64_t cols = host.n_cols();
   deq.resize(static_cast<size_t>(nr * cols));
-  for (int64_t r = 0; r < nr; ++r)
-    quant::dequantize_row(host.dtype, host.row_ptr(r0 + r), deq.data() + r * cols, cols);
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      quant::dequantize_row(host.dtype, host.row_ptr(r0 + r), deq.data() + r * cols, cols);
+  };
+  if (pool) pool->parallel_for(nr, rows);
+  else rows(0, nr);
   return deq.data();
+}
+
+// Threads for dequantizing a quantized host matrix (GGUF k-quants and friends) before upload:
+// one per core up to 16, none for plain types or small matrices (a pool per weight: loading
+// ends without the backend knowing, and idle threads would outlive it).
+std::unique_ptr<ThreadPool> dequant_pool(const Tensor& host, bool plain) {
+  constexpr int64_t kMinElements = int64_t{1} << 20;
+  const int threads = std::min(16, ThreadPool::default_threads());
+  if (plain || threads < 2 || host.numel() < kMinElements) return nullptr;
+  return std::make_unique<ThreadPool>(threads);
 }
 
 }  // namespace
@@ -170,7 +186,7 @@ void CudaBackend::synchronize() {
 }
 
 // Uploads host rows in chunks of at most kStagingBytes: plain types are copied as stored and
-// converted on the GPU; quantized types are dequantized to F32 on the host first.
+// converted on the GPU; quantized types are dequantized to F32 on the host first (threaded).
 Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
   const int64_t rows = host.n_rows(), cols = host.n_cols();
   const bool plain = host.dtype == DType::F32 || host.dtype == DType::F16 || host.dtype == DType::BF16;
@@ -178,11 +194,12 @@ Status CudaBackend::upload_converted(const Tensor& host, Tensor& dst) {
   const DType src_type = plain ? host.dtype : DType::F32;
   const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(kStagingBytes / std::max<size_t>(src_row_bytes, 1)));
   std::vector<float> deq;
+  const auto pool = dequant_pool(host, plain);
   auto* dst_bytes = static_cast<uint8_t*>(dst.data);
   const size_t dst_row_bytes = dst.row_bytes();
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, rows - r0);
-    const void* src = host_rows(host, plain, r0, nr, deq);
+    const void* src = host_rows(host, plain, r0, nr, deq, pool.get());
     const size_t bytes = static_cast<size_t>(nr) * src_row_bytes;
     if (src_type == dst.dtype) {
       EMBER_CUDA_TRY(cudaMemcpyAsync(dst_bytes + r0 * dst_row_bytes, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -207,9 +224,10 @@ Status CudaBackend::upload_packed(const Tensor& host, QFormat f, void* dst) {
   int64_t chunk_rows = std::max<int64_t>(16, static_cast<int64_t>(kStagingBytes / std::max<size_t>(src_row_bytes, 1)));
   chunk_rows = chunk_rows / 16 * 16;
   std::vector<float> deq;
+  const auto pool = dequant_pool(host, plain);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, rows - r0);
-    const void* src = host_rows(host, plain, r0, nr, deq);
+    const void* src = host_rows(host, plain, r0, nr, deq, pool.get());
     const size_t bytes = static_cast<size_t>(nr) * src_row_bytes;
     void* stage = scratch(staging_, bytes);
     EMBER_CUDA_TRY(cudaMemcpyAsync(stage, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -330,7 +348,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   pn.out = out.as<float>();
   pn.rows = x.n_rows();
   pn.d = d;
-  // Rows past the GEMV wait for the next op: an FP8 GEMM of out quantizes it in this kernel.
+  // Rows past the GEMV wait for the next op: a GEMM of out takes its x rows from this kernel.
   pn.active = fuse_ && pn.rows > kQGemvMaxBatch;
   if (pn.active) pn_ = pn;
   else launch_norm(pn);
@@ -418,8 +436,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
 
 // Several matrices of one x past the GEMV (q/k/v, gate/up), FP8 (packed) or BF16: x is
 // quantized or converted once for all of them, and at decode batch sizes the GEMMs run side by
-// side (side_ streams). Two FP8 matrices without biases (gate / up) wait for the next op: a glu
-// of their outputs takes them as BF16 (glu).
+// side (side_ streams). Two matrices without biases (gate / up) wait for the next op: a glu of
+// their outputs takes them as BF16 (glu).
 void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> targets) {
   const bool shared_x = targets.size() > 1 && targets.size() <= kMaxGemmJobs && x.valid() &&
                         x.device == Device::CUDA && x.dtype == DType::F32;
@@ -487,7 +505,7 @@ bool CudaBackend::run_gemms(const Tensor& x, const Fp8Rows* xq, const void* xb, 
     if (!done && out_bf16) {
       // The first GEMM declined before anything ran (the others take the same plan): the
       // caller runs them all with F32 output. Side streams have not forked yet.
-      EMBER_CHECK(i == 0, "matmul: cuBLASLt took the first BF16-output FP8 GEMM but not GEMM {}", i);
+      EMBER_CHECK(i == 0, "matmul: cuBLASLt took the first BF16-output GEMM but not GEMM {}", i);
       EMBER_LOG_WARN("cuda backend: no cuBLASLt GEMM with BF16 output; gate / up stay F32");
       bf16_gemm_out_ok_ = false;
       return false;
@@ -516,9 +534,6 @@ bool CudaBackend::fp8_large(const Tensor& x, const Tensor& w) const {
          !(n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data));
 }
 
-// x [n, k] F32 -> e4m3 [n, k_pad] with one scale per row, in the xq_ scratch: written by the
-// pending RMSNorm or GLU that produces x (one kernel for both), else quantized from x after
-// what is pending has launched.
 bool CudaBackend::rows_from_producer(const Tensor& x, const GemmRowsOut& ro, bool* only_rows) {
   const int64_t n = x.n_rows(), k = x.n_cols();
   // A producer hinted read-once writes only the GEMM's rows.
@@ -539,6 +554,9 @@ bool CudaBackend::rows_from_producer(const Tensor& x, const GemmRowsOut& ro, boo
   return true;
 }
 
+// x [n, k] F32 -> e4m3 [n, k_pad] with one scale per row, in the xq_ scratch: written by the
+// pending RMSNorm or GLU that produces x (one kernel for both), else quantized from x after
+// what is pending has launched.
 CudaBackend::Fp8Rows CudaBackend::fp8_rows_of(const Tensor& x) {
   if (pgm_.active) flush();  // held-back GEMMs read the scratch this reuses
   const int64_t n = x.n_rows(), k = x.n_cols();
@@ -931,7 +949,7 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   }
   flush();
   if (fuse_ && rows > kQGemvMaxBatch && gate.n_dims == 2) {
-    // Waits for the next op: an FP8 GEMM of out quantizes it in this kernel.
+    // Waits for the next op: a GEMM of out (FP8 or BF16 weights) takes its x rows from this kernel.
     pgl_ = PendingGlu{true, gate.data, up.data, DType::F32, gelu_tanh, out.as<float>(), rows, cols};
     return;
   }
