@@ -12,7 +12,9 @@
 // >= 768 MiB so the 60 MiB L2 serves none of them.
 //
 //   bench_cuda_gemm_algos [rows...]   (default 252 64)
+#include "graph_timing.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_lt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -67,10 +69,8 @@ std::string label(int rank, bool split, const cublasLtMatmulAlgo_t& a) {
   return head + describe(a);
 }
 
-struct Problem {
+struct Problem : ember::cuda::LtProblem {  // the descriptor and layouts LtGemm plans
   cublasLtHandle_t lt;
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t a, b, d;
   std::vector<const void*> ws_rot;  // rotating weight copies
   const void* x;
   float* out;
@@ -79,50 +79,17 @@ struct Problem {
   void* workspace;
 };
 
-// Median microseconds per GEMM over graph replays of `per_graph` launches, each on the next
+// Median microseconds per GEMM over graph replays of up to 40 launches, each on the next
 // weight copy; < 0 when the launch fails.
 double time_algo(Problem& p, const cublasLtMatmulAlgo_t& algo, cudaStream_t s) {
   const float alpha = 1.0f, beta = 0.0f;
-  auto launch = [&](int i) {
+  const int per_graph = static_cast<int>(std::min<size_t>(p.ws_rot.size(), 40));
+  const double ms = ember::cuda::bench::graph_median_ms(s, per_graph, 5, /*warmup=*/2, [&](int i) {
     const void* w = p.ws_rot[static_cast<size_t>(i) % p.ws_rot.size()];
     return cublasLtMatmul(p.lt, p.op, &alpha, w, p.a, p.x, p.b, &beta, p.out, p.d, p.out, p.d, &algo, p.workspace,
-                          kWorkspace, s);
-  };
-  for (int i = 0; i < 2; ++i)
-    if (launch(i) != CUBLAS_STATUS_SUCCESS) return -1.0;
-  if (cudaStreamSynchronize(s) != cudaSuccess) return -1.0;
-  const int per_graph = static_cast<int>(std::min<size_t>(p.ws_rot.size(), 40));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  EMBER_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  bool ok = true;
-  for (int i = 0; i < per_graph; ++i) ok = ok && launch(i) == CUBLAS_STATUS_SUCCESS;
-  EMBER_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  if (!ok) {
-    EMBER_CUDA_CHECK(cudaGraphDestroy(graph));
-    return -1.0;
-  }
-  EMBER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  EMBER_CUDA_CHECK(cudaEventCreate(&e0));
-  EMBER_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> us;
-  EMBER_CUDA_CHECK(cudaGraphLaunch(exec, s));
-  for (int r = 0; r < 5; ++r) {
-    EMBER_CUDA_CHECK(cudaEventRecord(e0, s));
-    EMBER_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    EMBER_CUDA_CHECK(cudaEventRecord(e1, s));
-    EMBER_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    EMBER_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(1e3 * ms / per_graph);
-  }
-  EMBER_CUDA_CHECK(cudaEventDestroy(e0));
-  EMBER_CUDA_CHECK(cudaEventDestroy(e1));
-  EMBER_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  EMBER_CUDA_CHECK(cudaGraphDestroy(graph));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+                          kWorkspace, s) == CUBLAS_STATUS_SUCCESS;
+  });
+  return ms < 0 ? ms : 1e3 * ms;
 }
 
 void bench_shape(cublasLtHandle_t lt, const Shape& sh, int64_t n, void* pool, size_t pool_bytes, void* workspace,
@@ -148,18 +115,9 @@ void bench_shape(cublasLtHandle_t lt, const Shape& sh, int64_t n, void* pool, si
   p.w_scale = wsc;
   p.workspace = workspace;
 
-  LK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  LK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  LK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-  LK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
-  LK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wsc, sizeof(wsc)));
-  LK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof(xs)));
-  LK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
-  LK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
-  LK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), m));
+  // The backend's own descriptor (LtGemm plans the same): e4m3 x and w, outer-vector scales, F32 out.
+  const ember::Status st = ember::cuda::lt_describe(ember::DType::FP8_E4M3, n, m, k, k, k, m, wsc, xs, false, p);
+  EMBER_CHECK(st.is_ok(), "{}", st.message());
   cublasLtMatmulPreference_t pref;
   LK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = kWorkspace;
@@ -215,10 +173,7 @@ void bench_shape(cublasLtHandle_t lt, const Shape& sh, int64_t n, void* pool, si
                 sh.name, static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
                 heuristic_us, tried[0].us, heuristic_us / tried[0].us, found, tried.size(), tried[0].cfg.c_str());
   std::fflush(stdout);
-  cublasLtMatrixLayoutDestroy(p.a);
-  cublasLtMatrixLayoutDestroy(p.b);
-  cublasLtMatrixLayoutDestroy(p.d);
-  cublasLtMatmulDescDestroy(p.op);
+  ember::cuda::lt_destroy(p);
   for (void* q : {x, static_cast<void*>(out), static_cast<void*>(xs), static_cast<void*>(wsc)}) EMBER_CUDA_CHECK(cudaFree(q));
 }
 

@@ -5,6 +5,7 @@
 // Inputs are random (never zeros) and each timed set of weights/caches is several times the
 // L2 cache, rotating buffers where one copy would fit in it. Short kernels are timed as CUDA
 // graph replays of many launches, the way a decode step runs them.
+#include "graph_timing.h"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -51,35 +52,10 @@ void* dmalloc(size_t bytes) {
 
 // Median milliseconds per call of fn, captured `per_graph` times into one graph.
 double time_graph(cudaStream_t s, int per_graph, int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < 3; ++i) fn(i);  // warm-up (module load, cuBLASLt plan)
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  for (int i = 0; i < per_graph; ++i) fn(i);
-  CK(cudaStreamEndCapture(s, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  CK(cudaGraphLaunch(exec, s));
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / per_graph);
-  }
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return cuda::bench::graph_median_ms(s, per_graph, reps, /*warmup=*/3, [&](int i) {
+    fn(i);
+    return true;
+  });
 }
 
 double copy_bandwidth(cudaStream_t s) {

@@ -71,6 +71,12 @@ std::unique_ptr<ThreadPool> dequant_pool(const Tensor& host, bool plain) {
   return std::make_unique<ThreadPool>(threads);
 }
 
+// An on-by-default switch of the environment (experiments, A/B runs): off only when set to "0".
+bool switched_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && std::string(v) == "0");
+}
+
 }  // namespace
 
 int CudaBackend::gemv_variant(int n, int64_t k) const {
@@ -96,24 +102,18 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->device_ = device;
   be->num_sms_ = prop.multiProcessorCount;
   be->gpu_name_ = prop.name;
-  const char* fuse = std::getenv("EMBER_CUDA_FUSE");
-  be->fuse_ = !(fuse && std::string(fuse) == "0");
-  const char* fill = std::getenv("EMBER_CUDA_ATTN_FILL");
-  be->attn_fill_ = !(fill && std::string(fill) == "0");
-  const char* outer = std::getenv("EMBER_CUDA_FP8_OUTER");
-  be->fp8_outer_ok_ = !(outer && std::string(outer) == "0");
+  be->fuse_ = switched_on("EMBER_CUDA_FUSE");
+  be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
+  be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->meta_event_, cudaEventDisableTiming));
   EMBER_ASSIGN_OR_RETURN(be->lt_, LtGemm::create());
   EMBER_CUDA_TRY(cudaMalloc(&be->lt_ws_, kLtWorkspaceBytes));
-  const char* concurrent = std::getenv("EMBER_CUDA_CONCURRENT_GEMMS");
-  be->concurrent_gemms_ = !(concurrent && std::string(concurrent) == "0");
-  const char* accumulate = std::getenv("EMBER_CUDA_ACCUMULATE");
-  be->accumulate_gemms_ = !(accumulate && std::string(accumulate) == "0");
-  const char* lean = std::getenv("EMBER_CUDA_LEAN_GLU");
-  be->lean_glu_ = !(lean && std::string(lean) == "0");
+  be->concurrent_gemms_ = switched_on("EMBER_CUDA_CONCURRENT_GEMMS");
+  be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
+  be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
     EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->side_[i], cudaStreamNonBlocking));
@@ -385,7 +385,9 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     EMBER_CHECK(xq.x_written, "matmul: no FP8 GEMM, and x was hinted read-once (only its e4m3 rows exist)");
     flush();
   }
-  if (k > 0 && w.dtype == DType::BF16 && n > kGemvMaxBatch) {
+  const bool bf16_gemv = w.dtype == DType::BF16 && n <= kGemvMaxBatch &&
+                         gemv_supported(static_cast<int>(n), k, x.data, w.data);
+  if (k > 0 && w.dtype == DType::BF16 && !bf16_gemv) {
     // cuBLASLt on BF16 rows of x, which x's pending producer may write in its own kernel.
     const void* xb = bf16_rows_of(x);
     flush();
@@ -416,19 +418,13 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     }
     return;
   }
-  if (w.dtype == DType::BF16 && n <= kGemvMaxBatch && gemv_supported(static_cast<int>(n), k, x.data, w.data)) {
+  if (bf16_gemv) {
     EMBER_CUDA_CHECK(launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
                                       m, k, gemv_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
     return;
   }
-  const void* xin = x.data;
-  if (w.dtype == DType::BF16) {
-    xin = bf16_rows_of(x);
-  } else {
-    EMBER_CHECK(w.dtype == DType::F32, "matmul: CUDA weights must be BF16 or F32, got {}",
-                dtype_name(w.dtype));
-  }
-  const Status st = lt_->matmul(w.dtype, xin, w.data, out.as<float>(), n, m, k, lt_ws_,
+  EMBER_CHECK(w.dtype == DType::F32, "matmul: CUDA weights must be BF16 or F32, got {}", dtype_name(w.dtype));
+  const Status st = lt_->matmul(DType::F32, x.data, w.data, out.as<float>(), n, m, k, lt_ws_,
                                 kLtWorkspaceBytes, stream_);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
   if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
@@ -465,7 +461,7 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
       !jobs[1].bias && jobs[1].w.n_rows() == m &&
       !overlaps(jobs[0].out, static_cast<size_t>(n * m) * 4, jobs[1].out, static_cast<size_t>(n * m) * 4)) {
     flush();  // whatever was pending runs before these GEMMs
-    pgm_ = PendingGemms{true, x, fp8, xq, xb, {jobs[0], jobs[1]}};
+    pgm_ = PendingGemms{true, x, xq, xb, {jobs[0], jobs[1]}};
     return;
   }
   run_gemms(x, fp8 ? &xq : nullptr, xb, jobs, count);
@@ -537,7 +533,7 @@ bool CudaBackend::fp8_large(const Tensor& x, const Tensor& w) const {
 bool CudaBackend::rows_from_producer(const Tensor& x, const GemmRowsOut& ro, bool* only_rows) {
   const int64_t n = x.n_rows(), k = x.n_cols();
   // A producer hinted read-once writes only the GEMM's rows.
-  const bool once = read_once(x.data, static_cast<size_t>(n * k) * sizeof(float), /*take=*/true);
+  const bool once = take_read_once(x.data, static_cast<size_t>(n * k) * sizeof(float));
   cudaError_t e = cudaErrorNotSupported;
   if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
     e = launch_rms_norm_rows(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, once ? nullptr : pn_.out, n, k, ro,
@@ -591,10 +587,10 @@ const void* CudaBackend::bf16_rows_of(const Tensor& x) {
   return xb;
 }
 
-bool CudaBackend::read_once(const void* p, size_t bytes, bool take) {
+bool CudaBackend::take_read_once(const void* p, size_t bytes) {
   for (int i = 0; i < n_read_once_; ++i) {
     if (read_once_[i].p != p || read_once_[i].bytes != bytes) continue;
-    if (take) read_once_[i] = read_once_[--n_read_once_];
+    read_once_[i] = read_once_[--n_read_once_];
     return true;
   }
   return false;
@@ -933,7 +929,7 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   const size_t half = static_cast<size_t>(rows * cols) * 2;  // bytes of one BF16 [rows, cols]
   if (pgm_.active && pgm_.jobs[0].out == gate.data && pgm_.jobs[1].out == up.data && pgm_.x.n_rows() == rows &&
       pgm_.jobs[0].w.n_rows() == cols && gate.n_dims == 2 && cols % 4 == 0 && cols <= 16 * 1024 && half % 16 == 0 &&
-      !overlaps(out.data, out.nbytes(), up.data, up.nbytes()) && read_once(up.data, up.nbytes(), /*take=*/true)) {
+      !overlaps(out.data, out.nbytes(), up.data, up.nbytes()) && take_read_once(up.data, up.nbytes())) {
     // The held-back gate / up GEMMs write BF16 into up's buffer (nothing reads up after this
     // op), gate's rows in its first half; the GLU reads those.
     GemmJob jobs[2] = {pgm_.jobs[0], pgm_.jobs[1]};

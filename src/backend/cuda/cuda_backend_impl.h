@@ -184,8 +184,8 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   ByteRange read_once_[kMaxReadOnce];
   int n_read_once_ = 0;
-  // Whether [p, p + bytes) was hinted read-once; take: forget the hint.
-  bool read_once(const void* p, size_t bytes, bool take);
+  // Whether [p, p + bytes) was hinted read-once (the hint is used up).
+  bool take_read_once(const void* p, size_t bytes);
 
   Status upload_converted(const Tensor& host, Tensor& dst);
   Status upload_packed(const Tensor& host, QFormat f, void* dst);
@@ -233,12 +233,11 @@ class CudaBackend final : public Backend, public CudaStep {
   struct PendingGemms {
     bool active = false;
     Tensor x;
-    bool fp8 = false;
-    Fp8Rows xq{};
-    const void* xb = nullptr;
+    Fp8Rows xq{};             // FP8 weights (xb null)
+    const void* xb = nullptr;  // BF16 weights
     GemmJob jobs[2];
     bool run(CudaBackend& be, const GemmJob* jobs, bool out_bf16) const {
-      return be.run_gemms(x, fp8 ? &xq : nullptr, xb, jobs, 2, out_bf16);
+      return be.run_gemms(x, xb ? nullptr : &xq, xb, jobs, 2, out_bf16);
     }
   };
   PendingGemms pgm_;

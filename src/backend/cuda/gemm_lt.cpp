@@ -21,39 +21,29 @@ Result<std::unique_ptr<LtGemm>> LtGemm::create() {
 }
 
 LtGemm::~LtGemm() {
-  for (auto& [key, p] : plans_) destroy(p);
+  for (auto& [key, p] : plans_) lt_destroy(p);
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void LtGemm::destroy(Plan& p) {
+void lt_destroy(LtProblem& p) {
   if (p.op) cublasLtMatmulDescDestroy(p.op);
   if (p.a) cublasLtMatrixLayoutDestroy(p.a);
   if (p.b) cublasLtMatrixLayoutDestroy(p.b);
   if (p.d) cublasLtMatrixLayoutDestroy(p.d);
-  p = Plan{};
+  p = LtProblem{};
 }
 
-Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes,
-                                   int64_t ldw, int64_t ldx, int64_t ldo, const float* a_scale,
-                                   const float* b_scale, bool out_bf16) {
-  const bool outer_scales = a_scale != nullptr;
-  const Key key{static_cast<int>(type) | (outer_scales ? 1 << 16 : 0) | (out_bf16 ? 1 << 17 : 0), n, m, k, ws_bytes,
-                ldw, ldx, ldo};
-  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+Status lt_describe(DType type, int64_t n, int64_t m, int64_t k, int64_t ldw, int64_t ldx, int64_t ldo,
+                   const float* a_scale, const float* b_scale, bool out_bf16, LtProblem& p) {
   // Column-major view of the row-major problem: D [m, n] = op(A) [m, k] * B [k, n], where
   // A is w stored as [k, m] (ld k) and transposed, B is x stored as [k, n] (ld k).
   const cudaDataType_t in = type == DType::BF16 ? CUDA_R_16BF : type == DType::FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
-  Plan p;
-  auto fail = [&](Status s) {
-    destroy(p);
-    return s;
-  };
-  Status st = [&]() -> Status {
+  const Status st = [&]() -> Status {
     LT_TRY(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (outer_scales) {
+    if (a_scale) {
       // A is w (its M = m rows of out), B is x (N = n): w_scale [m] and x_scale [n].
       const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
       LT_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
@@ -66,6 +56,22 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
     LT_TRY(cublasLtMatrixLayoutCreate(&p.b, in, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldx));
     LT_TRY(cublasLtMatrixLayoutCreate(&p.d, out_bf16 ? CUDA_R_16BF : CUDA_R_32F, static_cast<uint64_t>(m),
                                       static_cast<uint64_t>(n), ldo));
+    return Status::ok();
+  }();
+  if (!st.is_ok()) lt_destroy(p);
+  return st;
+}
+
+Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes,
+                                   int64_t ldw, int64_t ldx, int64_t ldo, const float* a_scale,
+                                   const float* b_scale, bool out_bf16) {
+  const bool outer_scales = a_scale != nullptr;
+  const Key key{static_cast<int>(type) | (outer_scales ? 1 << 16 : 0) | (out_bf16 ? 1 << 17 : 0), n, m, k, ws_bytes,
+                ldw, ldx, ldo};
+  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+  Plan p;
+  EMBER_RETURN_IF_ERROR(lt_describe(type, n, m, k, ldw, ldx, ldo, a_scale, b_scale, out_bf16, p));
+  Status st = [&]() -> Status {
     cublasLtMatmulPreference_t pref = nullptr;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
@@ -81,7 +87,10 @@ Result<LtGemm::Plan*> LtGemm::plan(DType type, int64_t n, int64_t m, int64_t k, 
     p.algo = result.algo;
     return Status::ok();
   }();
-  if (!st.is_ok()) return fail(st);
+  if (!st.is_ok()) {
+    lt_destroy(p);
+    return st;
+  }
   auto [it, inserted] = plans_.emplace(key, p);
   return &it->second;
 }

@@ -17,6 +17,19 @@
 
 namespace ember::cuda {
 
+// The matmul descriptor and layouts of one GEMM as LtGemm plans it: the column-major view of
+// out [n, m] = x [n, k] @ w [m, k]^T (type: BF16, F32 or FP8_E4M3 for x and w; ldw / ldx /
+// ldo row strides in elements), with per-row / per-channel outer-vector scales when a_scale
+// (w's, [m]) and b_scale (x's, [n]) are given, BF16 output with out_bf16. For tools that time
+// other cuBLASLt algorithms on exactly the backend's problem (bench_cuda_gemm_algos).
+struct LtProblem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+};
+Status lt_describe(DType type, int64_t n, int64_t m, int64_t k, int64_t ldw, int64_t ldx, int64_t ldo,
+                   const float* a_scale, const float* b_scale, bool out_bf16, LtProblem& p);
+void lt_destroy(LtProblem& p);
+
 class LtGemm {
  public:
   static Result<std::unique_ptr<LtGemm>> create();
@@ -43,9 +56,7 @@ class LtGemm {
                            DType out_type = DType::F32);
 
  private:
-  struct Plan {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  struct Plan : LtProblem {
     cublasLtMatmulAlgo_t algo{};
   };
   using Key = std::tuple<int, int64_t, int64_t, int64_t, size_t, int64_t, int64_t, int64_t>;
@@ -53,7 +64,6 @@ class LtGemm {
   Result<Plan*> plan(DType type, int64_t n, int64_t m, int64_t k, size_t ws_bytes, int64_t ldw,
                      int64_t ldx, int64_t ldo, const float* a_scale = nullptr, const float* b_scale = nullptr,
                      bool out_bf16 = false);
-  static void destroy(Plan& p);
   Status run(Plan& p, const void* x, const void* w, void* out, void* workspace, size_t ws_bytes,
              cudaStream_t stream, bool accumulate);
 
