@@ -96,11 +96,11 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
     const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
     const int per_graph = std::max(copies * 4, 16);
     double best = 0.0;
-    for (int pass = 0; pass < kGemvNumVariants + 2; ++pass) {
-      // All variants plainly, then the default and variant 0 as programmatic dependent
-      // launches (each GEMV of the chain overlaps the previous one's tail, as in decode).
+    for (int pass = 0; pass < 2 * kGemvNumVariants; ++pass) {
+      // All variants plainly, then as programmatic dependent launches (each GEMV of the chain
+      // overlaps the previous one's tail, as in decode).
       const bool pdl = pass >= kGemvNumVariants;
-      const int v = !pdl ? pass : (pass == kGemvNumVariants ? kGemvDefaultVariant : 0);
+      const int v = pass % kGemvNumVariants;
       const double ms = time_graph(s, per_graph, 9, [&](int i) {
         CK(launch_gemv_bf16(w[i % copies], x, nullptr, y, 1, sh.m, sh.k, v, pdl, s));
       });
@@ -111,7 +111,8 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
                     v == gemv_pick_variant(1, sh.k) ? ", backend pick" : "");
       result("gemv", std::string("ember bf16 v") + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
                          std::to_string(kGemvVariants[v].rows_per_warp) + "r x" +
-                         std::to_string(kGemvVariants[v].unroll) + ") " + shape,
+                         std::to_string(kGemvVariants[v].unroll) + " /" +
+                         std::to_string(kGemvVariants[v].k_splits) + ") " + shape,
              gbs, "GB/s", note);
     }
     const double ms = time_graph(s, per_graph, 9, [&](int i) {

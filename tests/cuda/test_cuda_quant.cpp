@@ -4,6 +4,7 @@
 // cuBLASLt above) must match a double-precision product of x and those decoded weights; the
 // fused q/k/v and gate/up+GLU launches and get_rows of a packed table too. Random odd sizes,
 // outputs poisoned with NaN first.
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "cuda_test_util.h"
 #include "quant/fp8.h"
@@ -87,9 +88,9 @@ Packed make_packed(const std::string& format, int64_t m, int64_t k, uint32_t see
   return p;
 }
 
-// A random [m, k] matrix on the GPU as packed FP8 ("fp8") or BF16 ("bf16").
+// A random [m, k] matrix on the GPU as packed ("fp8", "int4", "int8") or BF16 ("bf16").
 Tensor gpu_weight(const std::string& format, int64_t m, int64_t k, uint32_t seed) {
-  if (format == "fp8") return make_packed("fp8", m, k, seed).t;
+  if (format != "bf16") return make_packed(format, m, k, seed).t;
   std::vector<uint8_t> raw = cuda_test::encode(DType::BF16, random_floats(static_cast<size_t>(m * k), seed));
   auto w = backend()->prepare_weight(make_tensor(raw.data(), DType::BF16, {m, k}));  // copied to the GPU
   EXPECT_TRUE(w.is_ok()) << w.message();
@@ -373,8 +374,9 @@ TEST(CudaQuant, MatmulManySideStreamsEqualOneByOne) {
 
 // matmul_accumulate (acc += x @ w^T, the out projections of Llama-style layers): the GEMM
 // paths add into acc inside cuBLASLt (FP8 with its scales, split-k at k >= 8192 leaving a
-// pending add that a following RMSNorm of acc takes; BF16), the GEMV paths decline. Against
-// acc + matmul, and the RMSNorm that follows against one of the reference sum.
+// pending add that a following RMSNorm of acc takes; BF16), the packed GEMV in its epilogue
+// (1-8 rows); the BF16 GEMV declines. Against acc + matmul, and the RMSNorm that follows
+// against one of the reference sum.
 TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -384,8 +386,9 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
     bool taken;
   };
   const Case cases[] = {{"fp8", 136, 520, 24, true},  {"fp8", 136, 520, 700, true}, {"fp8", 72, 8200, 252, true},
-                        {"fp8", 72, 8200, 600, true}, {"fp8", 136, 520, 3, false},  {"bf16", 136, 520, 24, true},
-                        {"bf16", 136, 520, 3, false}};
+                        {"fp8", 72, 8200, 600, true}, {"fp8", 136, 520, 3, true},   {"bf16", 136, 520, 24, true},
+                        {"bf16", 136, 520, 3, false}, {"int4", 136, 520, 8, true},  {"int8", 72, 4096, 1, true},
+                        {"bf16", 72, 4096, 4, false}};
   uint32_t seed = 1200;
   for (const Case& c : cases) {
     const Tensor w = gpu_weight(c.format, c.m, c.k, seed++);
@@ -425,8 +428,8 @@ struct ChainWeight {
   std::vector<float> dec;
 };
 ChainWeight chain_weight(const std::string& format, int64_t m, int64_t k, uint32_t seed) {
-  if (format == "fp8") {
-    Packed p = make_packed("fp8", m, k, seed);
+  if (format != "bf16") {
+    Packed p = make_packed(format, m, k, seed);
     return {p.t, p.dec};
   }
   ChainWeight w;
@@ -439,8 +442,9 @@ ChainWeight chain_weight(const std::string& format, int64_t m, int64_t k, uint32
   return w;
 }
 
-// A layer's chain on n rows of width d and an MLP of width f with FP8 or BF16 weights: add,
-// RMSNorm, q/k GEMMs, RMSNorm, gate/up GEMMs, GLU, down GEMM.
+// A layer's chain on n rows of width d and an MLP of width f with packed (FP8, int4, int8) or
+// BF16 weights: add, RMSNorm, q/k GEMMs, RMSNorm, gate/up GEMMs, GLU, down GEMM (GEMVs for a
+// few rows).
 struct Chain {
   std::string format;
   int n;
@@ -457,11 +461,15 @@ struct Chain {
   std::string where() const {
     return format + " n " + std::to_string(n) + " d " + std::to_string(d) + " f " + std::to_string(f);
   }
-  // The down GEMM on the GLU rows x [n, f] as it sees them (e4m3 rows, or BF16).
-  std::vector<double> down_of(const std::vector<float>& x) const {
-    if (format == "fp8") return reference(fp8_rows(x, n, f), dn.dec, nullptr, n, 48, f, false);
-    return reference(x, dn.dec, nullptr, n, 48, f, true, DType::BF16);
+  // A GEMM (or GEMV) of this chain on rows x [n, kk] as it sees them: e4m3 rows (FP8 GEMM),
+  // BF16 (BF16 GEMM, packed GEMV; F16 for int8), F32 (BF16 GEMV).
+  std::vector<double> product(const std::vector<float>& x, const ChainWeight& w, int64_t m, int64_t kk) const {
+    const bool gemv = n <= (format == "bf16" ? cuda::kGemvMaxBatch : cuda::kQGemvMaxBatch);
+    if (gemv) return reference(x, w.dec, nullptr, n, m, kk, format != "bf16", gemv_x(format));
+    if (format == "fp8") return reference(fp8_rows(x, n, kk), w.dec, nullptr, n, m, kk, false);
+    return reference(x, w.dec, nullptr, n, m, kk, true, DType::BF16);
   }
+  std::vector<double> down_of(const std::vector<float>& x) const { return product(x, dn, 48, f); }
   struct Out {
     std::vector<float> sum, h, q, k, glu, down;
   };
@@ -559,6 +567,39 @@ TEST(CudaQuant, ReadOnceHintsSkipDeadRows) {
       const std::vector<double> plain_down(plain.down.begin(), plain.down.end());
       EXPECT_LE(rel(lean.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
       EXPECT_LE(rel(synced.down, plain_down), fits ? 3e-2 : 0.0) << c.where();
+    }
+  }
+}
+
+// A plain RMSNorm of a few rows followed by GEMVs of its output: the packed GEMV folds the norm
+// into its x staging (xnorm.h), reading the norm's input and writing its output from block 0;
+// before a BF16 GEMV the deferred norm launches alone. The chain (whose first norm, with a
+// residual add, is not folded) must equal the one with every norm launched alone bit for bit,
+// with or without read-once hints (the norm output is written either way), for BF16 weights
+// (1-4 rows; 8 rows take cuBLASLt) and packed ones (1-8 rows); and the GLU of the gate / up
+// GEMVs and the down GEMV against references on the norm / GLU output.
+TEST(CudaQuant, NormFoldsIntoGemvStaging) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string format : {"bf16", "fp8", "int4", "int8"}) {
+    for (const auto& [n, d, f] : {std::tuple{1, 4096, 1000}, {3, 392, 200}, {4, 1032, 264}, {8, 4096, 136}}) {
+      if (format == "bf16" && n > cuda::kGemvMaxBatch) continue;  // (cuBLASLt: NormAndGluWriteGemmRows)
+      Chain c(format, n, d, f, 71);
+      const Chain::Out fused = c.run(false), hinted = c.run(false, true), plain = c.run(true);
+      for (const Chain::Out* o : {&fused, &hinted}) {
+        EXPECT_EQ(o->sum, plain.sum) << c.where();
+        EXPECT_EQ(o->h, plain.h) << c.where();
+        EXPECT_EQ(o->q, plain.q) << c.where();
+        EXPECT_EQ(o->k, plain.k) << c.where();
+        EXPECT_EQ(o->glu, plain.glu) << c.where();
+        EXPECT_EQ(o->down, plain.down) << c.where();
+      }
+      EXPECT_FALSE(all_nan(fused.h)) << c.where();
+      // (h holds the second norm's output, the x of gate / up)
+      const std::vector<double> g = c.product(plain.h, c.g, f, d), u = c.product(plain.h, c.u, f, d);
+      std::vector<double> glu(g.size());
+      for (size_t i = 0; i < g.size(); ++i) glu[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      EXPECT_LE(rel(fused.glu, glu), 1e-3) << c.where();
+      EXPECT_LE(rel(fused.down, c.down_of(plain.glu)), 1e-3) << c.where();
     }
   }
 }

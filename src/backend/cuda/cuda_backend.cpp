@@ -114,6 +114,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->concurrent_gemms_ = switched_on("EMBER_CUDA_CONCURRENT_GEMMS");
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
+  be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
     EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->side_[i], cudaStreamNonBlocking));
@@ -349,7 +350,12 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   pn.rows = x.n_rows();
   pn.d = d;
   // Rows past the GEMV wait for the next op: a GEMM of out takes its x rows from this kernel.
-  pn.active = fuse_ && pn.rows > kQGemvMaxBatch;
+  // A plain norm of GEMV rows waits too: a GEMV of out folds it into its x staging.
+  // (rows the BF16 GEMV takes too: gemv_takes_pending_norm turns those down for BF16 weights)
+  pn.active = fuse_ && (pn.rows > kQGemvMaxBatch ||
+                        (fold_norm_ && !pn.b && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
+                         !overlaps(out.data, out.nbytes(), x.data, x.nbytes()) &&
+                         xnorm_supported(static_cast<int>(pn.rows), d, x.data, out.data, w.data, w.dtype == DType::BF16)));
   if (pn.active) pn_ = pn;
   else launch_norm(pn);
 }
@@ -396,7 +402,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
     return;
   }
-  if (pn_.active || pgl_.active) flush();  // before a GEMV joins x's producer
+  // x's producer runs before a GEMV reads x, unless it is a norm the GEMV folds in (try_defer_gemv).
+  if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
   if (k > 0 && try_defer_gemv(x, w, b, out)) return;
   flush();
   if (k == 0) {
@@ -669,8 +676,9 @@ bool CudaBackend::fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const flo
 }
 
 // acc += x @ w^T in the GEMM (cuBLASLt reads acc as C) for the GEMM paths: packed FP8 with
-// the scales inside the GEMM, and BF16. The GEMV paths (a few rows) decline: their kernels
-// write, not add.
+// the scales inside the GEMM, and BF16; in the packed GEMV's epilogue for a few rows (each
+// output read and written by one thread), so that an RMSNorm of acc next is a plain norm,
+// which the GEMV after it folds in. The BF16 GEMV declines (its add joins the norm after).
 bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& acc) {
   if (!fuse_ || !accumulate_gemms_ || !x.valid() || x.device != Device::CUDA || x.dtype != DType::F32 || !acc.valid() ||
       acc.device != Device::CUDA || acc.dtype != DType::F32)
@@ -680,6 +688,11 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
   if (n == 0 || m == 0 || k == 0 ||
       overlaps(acc.data, acc.nbytes(), x.data, static_cast<size_t>(n * k) * sizeof(float)))
     return false;
+  if (is_packed(w) && n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data)) {
+    if (!fold_norm_) return false;
+    if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
+    return try_defer_gemv(x, w, nullptr, acc, /*accumulate=*/true);
+  }
   if (fp8_large(x, w)) {
     if (!fp8_outer_ok_) return false;
     const Fp8Rows xq = fp8_rows_of(x);
@@ -908,21 +921,23 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   EMBER_CHECK(gate.numel() == up.numel() && out.numel() == gate.numel(), "glu: shapes differ");
   const GemvSeg& g = pg_.segs[0];
   const GemvSeg& u = pg_.segs[1];
-  if (pg_.count == 2 && pg_.wtype != DType::BF16 && g.out == gate.data && u.out == up.data && g.m == u.m &&
-      !g.bias && !u.bias && gate.numel() == pg_.n * g.m && out.data != up.data) {
+  const bool pair = pg_.count == 2 && g.out == gate.data && u.out == up.data && g.m == u.m && !g.bias && !u.bias &&
+                    !pg_.accumulate[0] && !pg_.accumulate[1] && gate.numel() == pg_.n * g.m && out.data != up.data;
+  if (pair && pg_.wtype != DType::BF16) {
     // Packed gate and up GEMVs just before: one launch with the GLU in its epilogue.
     pg_.count = 0;
-    EMBER_CUDA_CHECK(launch_qgemv_glu(qformat_of(pg_.wtype), g.w, u.w, pg_.x, pg_.n, g.m, pg_.k, gelu_tanh,
-                                      out.as<float>(), g.out, u.out, /*pdl=*/true, stream_));
+    EMBER_CUDA_CHECK(launch_qgemv_glu(qformat_of(pg_.wtype), g.w, u.w, pg_.input(), pg_.n, g.m, pg_.k, gelu_tanh,
+                                      out.as<float>(), g.out, u.out, /*pdl=*/true, stream_, QGemvPath::Auto,
+                                      &pg_.norm));
     return;
   }
-  const int variant = gemv_pick_variant(pg_.n, pg_.k);
-  if (pg_.count == 2 && pg_.wtype == DType::BF16 && g.out == gate.data && u.out == up.data && g.m == u.m && !g.bias && !u.bias &&
-      gate.numel() == pg_.n * g.m && out.data != up.data && (variant == 0 || variant == 1 || variant == 5)) {
+  int variant = gemv_variant(pg_.n, pg_.k);
+  if (!gemv_glu_variant(variant)) variant = gemv_pick_variant(pg_.n, pg_.k);
+  if (pair && pg_.wtype == DType::BF16) {
     // The gate and up GEMVs just before: one launch with the GLU in its epilogue.
     pg_.count = 0;
-    EMBER_CUDA_CHECK(launch_gemv_bf16_glu(g.w, u.w, pg_.x, pg_.n, g.m, pg_.k, gelu_tanh,
-                                          out.as<float>(), g.out, u.out, variant, /*pdl=*/true, stream_));
+    EMBER_CUDA_CHECK(launch_gemv_bf16_glu(g.w, u.w, pg_.x, pg_.n, g.m, pg_.k, gelu_tanh, out.as<float>(), g.out,
+                                          u.out, variant, /*pdl=*/true, stream_));
     return;
   }
   const int64_t rows = gate.n_rows(), cols = gate.n_cols();

@@ -17,9 +17,16 @@
 //     rows nobody reads;
 //   - matmul_many of two FP8 or BF16 matrices (gate / up) followed by glu of their outputs, the
 //     up output hinted read-once: the GEMMs write BF16 into up's buffer (gate's half, up's
-//     half) and the GLU reads those, half the bytes of F32 both ways.
+//     half) and the GLU reads those, half the bytes of F32 both ways;
+//   - a plain rms_norm of GEMV rows followed by GEMVs of its output with packed weights: the
+//     staged GEMV computes the norm while staging x (xnorm.h). matmul_accumulate at those sizes
+//     adds into the residual in the GEMV's epilogue, so the norm after the out / down
+//     projections is such a plain norm: a decode layer's two norms take no launch of their own.
+//     (BF16 GEMVs do neither: their many short blocks would each repeat the norm, measured
+//     8-12% slower at batch 1.)
 // EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called), EMBER_CUDA_LEAN_GLU=0
-// the read-once hints (and with them the BF16 gate / up outputs). EMBER_CUDA_FP8_OUTER=0
+// the read-once hints (and with them the BF16 gate / up outputs), EMBER_CUDA_FOLD_NORM=0 the
+// GEMVs' residual accumulation and norm folding (see below). EMBER_CUDA_FP8_OUTER=0
 // applies the FP8 GEMM's row / channel scales in a kernel after it instead of inside it.
 // EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
 // launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
@@ -119,15 +126,25 @@ class CudaBackend final : public Backend, public CudaStep {
 
   // Deferred launches (see the file comment).
   void flush();
-  bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
+  // accumulate: out += the product (matmul_accumulate).
+  bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out, bool accumulate = false);
   struct PendingGemv {
     int count = 0;
     DType wtype = DType::BF16;  // BF16, or a packed format (Q4_0 = int4, FP8_E4M3, Q8_0 = int8)
-    const float* x = nullptr;
+    const float* x = nullptr;   // the x the matmuls were given
     int n = 0;
     int64_t k = 0;
     GemvSeg segs[kGemvMaxSegs];
+    bool accumulate[kGemvMaxSegs] = {};  // segs[s].out += the product (packed weights only)
+    // x's pending RMSNorm, folded into the packed GEMV's x staging: the kernel reads x_raw,
+    // the norm's input, and writes x (norm.out) itself. norm.w null: none.
+    XNorm norm;
+    const float* x_raw = nullptr;
+    const float* input() const { return norm.w ? x_raw : x; }
   };
+  // Whether the GEMV of pg_ (about to start on x [n, k] with weights of wtype) can fold the
+  // pending norm pn_ in.
+  bool gemv_takes_pending_norm(const Tensor& x, DType wtype, const void* out, size_t out_bytes) const;
   struct PendingAdd {
     bool active = false;
     const float* a = nullptr;
@@ -243,6 +260,9 @@ class CudaBackend final : public Backend, public CudaStep {
   PendingGemms pgm_;
   bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output GEMM
   bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
+  // EMBER_CUDA_FOLD_NORM=0: packed GEMVs neither add into a residual nor fold the norm after
+  // it in (A/B runs).
+  bool fold_norm_ = true;
   bool fp8_large(const Tensor& x, const Tensor& w) const;
   static const float* fp8_channel_scales(const Tensor& w);
   Fp8Rows fp8_rows_of(const Tensor& x);
@@ -319,7 +339,7 @@ class CudaBackend final : public Backend, public CudaStep {
 
   bool fuse_ = true;
   bool attn_fill_ = true;
-  int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced GEMV variant (non-GLU), for tuning
+  int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced BF16 GEMV variant (the GLU too where it takes it), for tuning
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
   int gemv_variant(int n, int64_t k) const;
   PendingGemv pg_;

@@ -99,7 +99,17 @@ bool CudaBackend::on_device(const void* p) {
 
 // ---- deferred launches ----
 
-bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
+bool CudaBackend::gemv_takes_pending_norm(const Tensor& x, DType wtype, const void* out, size_t out_bytes) const {
+  const int n = static_cast<int>(x.n_rows());
+  const int64_t k = x.n_cols();
+  if (!pn_.active || pn_.b || pn_.out != x.data || pn_.rows != n || pn_.d != k) return false;
+  // Every block reads the norm's input rows: no GEMV output may land on them.
+  if (overlaps(out, out_bytes, pn_.x, static_cast<size_t>(n * k) * sizeof(float))) return false;
+  const XNorm nm{pn_.w, pn_.w_type == DType::BF16, pn_.eps, pn_.out};
+  return wtype != DType::BF16 && qgemv_takes_norm(qformat_of(wtype), n, k, pn_.x, &nm);
+}
+
+bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out, bool accumulate) {
   if (!fuse_) return false;
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   if (is_packed(w)) {
@@ -116,18 +126,29 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
     const size_t b = static_cast<size_t>(n * pg_.segs[s].m) * sizeof(float);
     if (overlaps(out.data, out_bytes, pg_.segs[s].out, b)) join = false;
   }
+  if (join && pg_.norm.w && overlaps(out.data, out_bytes, pg_.x_raw, x_bytes)) join = false;
   if (!join) {
+    XNorm norm;
+    const float* x_raw = nullptr;
+    if (gemv_takes_pending_norm(x, w.dtype, out.data, out_bytes)) {
+      norm = XNorm{pn_.w, pn_.w_type == DType::BF16, pn_.eps, pn_.out};
+      x_raw = pn_.x;
+      pn_.active = false;  // launched inside the GEMV
+    }
     flush();
     pg_.x = x.as<float>();
     pg_.n = static_cast<int>(n);
     pg_.k = k;
     pg_.wtype = w.dtype;
+    pg_.norm = norm;
+    pg_.x_raw = x_raw;
   }
   GemvSeg& seg = pg_.segs[pg_.count++];
   seg.w = w.data;
   seg.bias = bias;
   seg.out = out.as<float>();
   seg.m = m;
+  pg_.accumulate[pg_.count - 1] = accumulate;
   return true;
 }
 
@@ -141,11 +162,15 @@ void CudaBackend::flush() {
     pg_.count = 0;
     if (pg_.wtype != DType::BF16) {
       QGemvSeg q[kQGemvMaxSegs];
-      for (int s = 0; s < count; ++s) q[s] = QGemvSeg{pg_.segs[s].w, pg_.segs[s].bias, pg_.segs[s].out, pg_.segs[s].m};
-      EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.x, pg_.n, pg_.k, /*pdl=*/true, stream_));
+      for (int s = 0; s < count; ++s) {
+        const GemvSeg& g = pg_.segs[s];
+        q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
+      }
+      EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
+                                          stream_, QGemvPath::Auto, &pg_.norm));
     } else {
-    EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
-                                            gemv_variant(pg_.n, pg_.k), /*pdl=*/true, stream_));
+      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, gemv_variant(pg_.n, pg_.k),
+                                              /*pdl=*/true, stream_));
     }
   }
   if (pa_.active) {

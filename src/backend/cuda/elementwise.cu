@@ -5,6 +5,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/fp8_rows.cuh"
+#include "backend/cuda/norm_stage.cuh"
 
 #include <algorithm>
 #include <type_traits>
@@ -91,22 +92,6 @@ __global__ void add_rms_norm_kernel(const float* a, const float* b, float* sum,
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[r0 + i] = sum[r0 + i] * inv * to_float<W>(w[i]);
 }
 
-// Rows of d % 4 == 0 floats, at most 4 float4 per thread: one block per row, each thread
-// keeps its float4s in registers between the sum of squares and the scaled write (one read
-// of the inputs). kAdd: the row is a + b, also written to sum. Aliasing as the kernels above:
-// every element is read and written by one thread.
-template <typename W>
-__device__ __forceinline__ float4 load_w4(const W* w, int i);
-template <>
-__device__ __forceinline__ float4 load_w4<float>(const float* w, int i) {
-  return reinterpret_cast<const float4*>(w)[i];
-}
-template <>
-__device__ __forceinline__ float4 load_w4<__nv_bfloat16>(const __nv_bfloat16* w, int i) {
-  const uint2 u = reinterpret_cast<const uint2*>(w)[i];
-  return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
-}
-
 // Which GEMM x rows a norm / GLU kernel writes besides its F32 output (GemmRowsOut).
 constexpr int kRowsNone = 0, kRowsE4m3 = 1, kRowsBf16 = 2;
 int rows_kind(const GemmRowsOut* ro) { return !ro ? kRowsNone : ro->fq.q ? kRowsE4m3 : kRowsBf16; }
@@ -117,6 +102,10 @@ __device__ __forceinline__ uint2 bf16x4(float4 v) {
   return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
 }
 
+// Rows of d % 4 == 0 floats, at most 4 float4 per thread: one block per row, each thread
+// keeps its float4s in registers between the sum of squares and the scaled write (one read
+// of the inputs). kAdd: the row is a + b, also written to sum. Aliasing as the kernels above:
+// every element is read and written by one thread.
 template <typename W, int V, bool kAdd, int kRows>
 __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
                                     const W* __restrict__ w, float eps, float* out, int64_t d, GemmRowsOut ro) {
@@ -140,17 +129,16 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
         reinterpret_cast<float4*>(sum + r0)[i] = x;
       }
       v[j] = x;
-      ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+      ss = __fadd_rn(ss, sum_sq4(x));
     }
   }
   __shared__ float partial[32];
-  const float inv = rsqrtf(block_sum(ss, partial) / static_cast<float>(d) + eps);
+  const float inv = rms_inverse(block_sum(ss, partial), d, eps);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i < n4) {
-      const float4 g = load_w4(w, i);
-      v[j] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z, v[j].w * inv * g.w);
+      v[j] = rms_scale4(v[j], inv, load_w4(w, i));
       if (kRows == kRowsNone || out) reinterpret_cast<float4*>(out + r0)[i] = v[j];
       if constexpr (kRows == kRowsBf16) reinterpret_cast<uint2*>(ro.bf16)[blockIdx.x * d / 4 + i] = bf16x4(v[j]);
     }
@@ -178,7 +166,7 @@ cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W*
       (kind == kRowsE4m3 && (ro->fq.k_pad % 4 != 0 || ro->fq.k_pad < d || reinterpret_cast<uintptr_t>(ro->fq.q) % 4 != 0)) ||
       (kind == kRowsBf16 && reinterpret_cast<uintptr_t>(ro->bf16) % 8 != 0))
     return cudaErrorNotSupported;
-  const int threads = static_cast<int>(std::min<int64_t>(1024, (n4 + 31) / 32 * 32));
+  const int threads = rms_reg_threads(d);  // (rms_inverse_rows repeats this kernel's sums)
   const int v = static_cast<int>((n4 + threads - 1) / threads);
   const dim3 grid(static_cast<unsigned>(rows)), block(threads);
   const GemmRowsOut q = ro ? *ro : GemmRowsOut{};

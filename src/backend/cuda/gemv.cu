@@ -1,6 +1,7 @@
-// BF16-weight GEMV. One warp owns R output rows; each lane streams 16-byte chunks (8 bf16)
-// of those rows with U chunks per row in flight before the first use, so a warp keeps
-// R * U * 512 bytes of weight loads outstanding; x (F32, at most 4 * k * 4 bytes) is read
+// BF16-weight GEMV. One warp (or KS warps, each taking every KS-th slab of 32 * U chunks)
+// owns R output rows; each lane streams 16-byte chunks (8 bf16) of those rows with U chunks
+// per row in flight before the first use, so a warp keeps R * U * 512 bytes of weight loads
+// outstanding; x (F32, at most 4 * k * 4 bytes) is read
 // through L1, where every warp of the SM finds it, or staged in shared memory. The grid has
 // one task per warp (no persistent loop): tasks are short, so the block scheduler balances the
 // tail. Up to kGemvMaxSegs matrices sharing x form one grid (fused q/k/v or gate/up), and in
@@ -47,15 +48,17 @@ struct MultiArgs {
   bool gelu = false;
 };
 
-template <int N, int R, int U, bool kSmemX, bool kGlu>
+template <int N, int R, int U, bool kSmemX, bool kGlu, int KS>
 __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const MultiArgs A) {
   constexpr int RR = kGlu ? 2 * R : R;  // weight rows per warp (gate rows, then up rows)
-  const int lane = threadIdx.x % 32;
-  int64_t task = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
+  constexpr bool kAllWarps = kSmemX || KS > 1;  // every warp reaches the block barriers
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kpart = warp % KS;  // which slabs of the rows this warp takes
+  int64_t task = blockIdx.x * int64_t{kWarps / KS} + warp / KS;
   const bool active = task < A.n_tasks;
-  // (with x in shared memory every warp reaches the barrier; idle ones redo the last task)
+  // (idle warps that must reach a barrier redo the last task and store nothing)
   if (!active) {
-    if constexpr (!kSmemX) return;
+    if constexpr (!kAllWarps) return;
     task = A.n_tasks - 1;
   }
   // The segment of this task, selected with constant indices (no local-memory copy of A).
@@ -102,7 +105,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const MultiArgs 
         wv[r][u] = idx < k8 ? load_stream_16(wr[r] + idx) : make_uint4(0, 0, 0, 0);
     }
   };
-  load(lane);
+  constexpr int kSlab = 32 * U;  // chunks a warp step covers
+  const int64_t first = lane + int64_t{kpart} * kSlab;
+  load(first);
   pdl_wait();  // no-op without a dependency
   pdl_launch_dependents();
   const float* x = A.x;
@@ -112,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const MultiArgs 
     for (int64_t i = threadIdx.x; i < N * k / 4; i += blockDim.x) s_x[i] = xg[i];
     __syncthreads();
   }
-  for (int64_t base = lane; base < k8; base += 32 * U) {
+  for (int64_t base = first; base < k8; base += kSlab * KS) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = base + u * 32;
@@ -133,16 +138,38 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const MultiArgs 
         }
       }
     }
-    if (base + 32 * U < k8) load(base + 32 * U);
+    if (base + kSlab * KS < k8) load(base + kSlab * KS);
+  }
+  if constexpr (KS > 1) {
+    // The KS warps of a row group add their sums in a fixed order (warp kpart 0 stores).
+    __shared__ float s_part[kWarps][RR][N];
+#pragma unroll
+    for (int r = 0; r < RR; ++r)
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const float part = warp_sum(acc[r][j]);
+        if (lane == 0) s_part[warp][r][j] = part;
+      }
+    __syncthreads();
+    if (kpart != 0) return;
+#pragma unroll
+    for (int r = 0; r < RR; ++r)
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        float sum = s_part[warp][r][j];
+#pragma unroll
+        for (int p = 1; p < KS; ++p) sum += s_part[warp + p][r][j];
+        acc[r][j] = sum;  // (no warp_sum below: lane 0, which stores, holds the total)
+      }
   }
   if (!active) return;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-      const float v = warp_sum(acc[r][j]);
+      const float v = KS > 1 ? acc[r][j] : warp_sum(acc[r][j]);
       if constexpr (kGlu) {
-        const float u = warp_sum(acc[R + r][j]);
+        const float u = KS > 1 ? acc[R + r][j] : warp_sum(acc[R + r][j]);
         if (lane == 0 && row0 + r < m) {
           const int64_t i = j * m + row0 + r;
           if (A.gate_out) A.gate_out[i] = v;
@@ -155,9 +182,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const MultiArgs 
     }
 }
 
-template <int N, int R, int U, bool kSmemX, bool kGlu>
+template <int N, int R, int U, bool kSmemX, bool kGlu, int KS = 1>
 cudaError_t launch(const MultiArgs& A, bool pdl, cudaStream_t stream) {
-  auto kernel = gemv_bf16_kernel<N, R, U, kSmemX, kGlu>;
+  auto kernel = gemv_bf16_kernel<N, R, U, kSmemX, kGlu, KS>;
   const size_t smem = kSmemX ? static_cast<size_t>(N * A.k) * sizeof(float) : 0;
   if constexpr (kSmemX) {
     if (static_cast<int64_t>(smem) > kGemvMaxSmemX) return cudaErrorInvalidValue;
@@ -166,7 +193,8 @@ cudaError_t launch(const MultiArgs& A, bool pdl, cudaStream_t stream) {
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemvMaxSmemX));
     if (attr != cudaSuccess) return attr;
   }
-  const auto grid = static_cast<unsigned>((A.n_tasks + kWarps - 1) / kWarps);
+  constexpr int kTasks = kWarps / KS;  // row groups a block covers
+  const auto grid = static_cast<unsigned>((A.n_tasks + kTasks - 1) / kTasks);
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
@@ -178,10 +206,15 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
   static_assert(kGemvVariants[3].rows_per_warp == 2 && kGemvVariants[3].unroll == 8);
   static_assert(kGemvVariants[4].rows_per_warp == 1 && kGemvVariants[4].unroll == 8);
   static_assert(kGemvVariants[5].rows_per_warp == 2 && kGemvVariants[5].unroll == 4);
+  static_assert(kGemvVariants[6].rows_per_warp == 2 && kGemvVariants[6].unroll == 4 && kGemvVariants[6].k_splits == 2);
+  static_assert(kGemvVariants[7].rows_per_warp == 2 && kGemvVariants[7].unroll == 4 && kGemvVariants[7].k_splits == 4);
+  static_assert(kGemvVariants[8].rows_per_warp == 1 && kGemvVariants[8].unroll == 8 && kGemvVariants[8].k_splits == 2);
+  static_assert(kGemvVariants[9].rows_per_warp == 1 && kGemvVariants[9].unroll == 8 && kGemvVariants[9].k_splits == 4);
   switch (variant) {
     case 0: return launch<N, 1, 8, false, kGlu>(A, pdl, stream);
     case 1: return launch<N, 2, 4, false, kGlu>(A, pdl, stream);
     case 5: return launch<N, 2, 4, true, kGlu>(A, pdl, stream);
+    case 7: return launch<N, 2, 4, false, kGlu, 4>(A, pdl, stream);
     default: break;
   }
   if constexpr (!kGlu) {
@@ -189,6 +222,9 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
       case 2: return launch<N, 4, 4, false, false>(A, pdl, stream);
       case 3: return launch<N, 2, 8, false, false>(A, pdl, stream);
       case 4: return launch<N, 1, 8, true, false>(A, pdl, stream);
+      case 6: return launch<N, 2, 4, false, false, 2>(A, pdl, stream);
+      case 8: return launch<N, 1, 8, false, false, 2>(A, pdl, stream);
+      case 9: return launch<N, 1, 8, false, false, 4>(A, pdl, stream);
       default: break;
     }
   }
@@ -253,7 +289,7 @@ cudaError_t launch_gemv_bf16_glu(const void* w_gate, const void* w_up, const flo
                                  int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                                  float* up_out, int variant, bool pdl, cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
-  if (variant != 0 && variant != 1 && variant != 5) return cudaErrorInvalidValue;
+  if (!gemv_glu_variant(variant)) return cudaErrorInvalidValue;
   const int R = kGemvVariants[variant].rows_per_warp;
   MultiArgs A;
   A.w[0] = static_cast<const uint16_t*>(w_gate);

@@ -9,25 +9,36 @@
 
 namespace ember::cuda {
 
-// Tiling variants (rows per warp x 16-byte loads in flight per row per lane). Benchmarks time
-// them all; the backend uses gemv_pick_variant.
+// Tiling variants (rows per warp x 16-byte loads in flight per row per lane, and the warps
+// sharing a row: each takes every k_splits-th slab of it, and the block adds their sums).
+// Benchmarks time them all; the backend uses gemv_pick_variant.
 struct GemvVariant {
   int rows_per_warp;
   int unroll;
+  int k_splits = 1;
 };
 // Variants 4 and 5 stage x in shared memory (F32, n * k * 4 bytes <= kGemvMaxSmemX) instead of
-// reading it through L1 next to the streaming weights.
-constexpr int kGemvNumVariants = 6;
-constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4}, {2, 8}, {1, 8}, {2, 4}};
+// reading it through L1 next to the streaming weights. Variants 6-9 split rows over 2 or 4
+// warps: a block covers fewer rows, so a matrix of few rows (4096) makes more, shorter blocks
+// and the SMs finish together.
+constexpr int kGemvNumVariants = 10;
+constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4},    {2, 8},    {1, 8},
+                                                         {2, 4}, {2, 4, 2}, {2, 4, 4}, {1, 8, 2}, {1, 8, 4}};
 constexpr int64_t kGemvMaxSmemX = 96 * 1024;
 constexpr int kGemvDefaultVariant = 1;
-// The variant measured fastest on an H200 for this shape: x staged in shared memory when it
-// fits (2 rows per warp, 4 loads in flight); otherwise long rows prefer one row per warp with
-// 8 loads in flight, rows of <= 8192 two rows with 4. (The GLU launcher takes only these three.)
+// The variant measured fastest on an H200 for this shape. One row: four warps a row pair
+// (variant 7; `bench_cuda_kernels gemv`, session 8, as programmatic dependents: 3139 / 4047 /
+// 3659 / 4520 GB/s for 4096x4096 / 14336x4096 / 4096x14336 / 128256x4096 against 2477 / 3726
+// / 2890 / 4345 for variant 5). More rows (timed in session 2, before variant 7): x staged in
+// shared memory when it fits (2 rows per warp, 4 loads in flight); otherwise long rows prefer
+// one row per warp with 8 loads in flight, rows of <= 8192 two rows with 4.
 inline int gemv_pick_variant(int n, int64_t k) {
+  if (n == 1) return 7;
   if (static_cast<int64_t>(n) * k * 4 <= kGemvMaxSmemX) return 5;
   return k > 8192 ? 0 : kGemvDefaultVariant;
 }
+// The variants the GLU launcher takes (gemv_pick_variant's picks).
+inline bool gemv_glu_variant(int v) { return v == 0 || v == 1 || v == 5 || v == 7; }
 constexpr int kGemvMaxBatch = 4;
 constexpr int kGemvMaxSegs = 4;
 
@@ -58,7 +69,7 @@ cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float*
 // reads the same rows of both matrices. gate_out / up_out (may be null) also receive the
 // plain products; out may equal gate_out (then only out is written there).
 //   w_gate, w_up [m, k] BF16; x [n, k] F32; out, gate_out, up_out [n, m] F32.
-// variant: one of gemv_pick_variant's picks (0, 1, 5).
+// variant: one of gemv_pick_variant's picks (gemv_glu_variant).
 cudaError_t launch_gemv_bf16_glu(const void* w_gate, const void* w_up, const float* x, int n,
                                  int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                                  float* up_out, int variant, bool pdl, cudaStream_t stream);

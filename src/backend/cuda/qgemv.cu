@@ -188,6 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(const QArgs A) {
   const void* sc0 = A.scales[0];
   const float* bias = A.bias[0];
   float* out = A.out[0];
+  bool accumulate = A.accumulate[0];
   int64_t m = A.m[0];
   int t0 = 0;
 #pragma unroll
@@ -197,6 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(const QArgs A) {
       sc0 = A.scales[s];
       bias = A.bias[s];
       out = A.out[s];
+      accumulate = A.accumulate[s];
       m = A.m[s];
       t0 = A.tile_end[s - 1];
     }
@@ -271,7 +273,8 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(const QArgs A) {
     if (A.up_out) A.up_out[i] = sum[1];
     A.glu_out[i] = glu_act(sum[0], A.gelu) * sum[1];
   } else {
-    out[i] = sum[0] + (bias ? bias[row] : 0.0f);
+    const float y = sum[0] + (bias ? bias[row] : 0.0f);
+    out[i] = accumulate ? out[i] + y : y;
   }
 }
 
@@ -311,13 +314,19 @@ bool use_staged(QGemvPath path, QFormat f, int n, int64_t k) {
 
 }  // namespace
 
+bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* norm, QGemvPath path) {
+  return qgemv_supported(n, k, x) && use_staged(path, f, n, k) && qgemv_staged_fits(f, n, k) &&
+         xnorm_supported(n, k, x, norm->out, norm->w, norm->w_bf16);
+}
+
 bool qgemv_supported(int n, int64_t k, const void* x) {
   return n >= 1 && n <= kQGemvMaxBatch && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
-                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path) {
+                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
+  if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   QArgs A = base_args(f, x, n, k);
   int tiles = 0, used = 0;
   for (int s = 0; s < n_segs; ++s) {
@@ -326,6 +335,7 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
     A.scales[used] = scales_of(f, segs[s].w, segs[s].m, k);
     A.bias[used] = segs[s].bias;
     A.out[used] = segs[s].out;
+    A.accumulate[used] = segs[s].accumulate;
     A.m[used] = segs[s].m;
     tiles += static_cast<int>((segs[s].m + 15) / 16);
     A.tile_end[used] = tiles;
@@ -334,15 +344,17 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   if (used == 0) return cudaSuccess;
   A.n_segs = used;
   A.n_tiles = tiles;
+  if (norm) A.norm = *norm;
   if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
   return launch<1>(f, A, pdl, stream);
 }
 
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
-                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path) {
+                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
   if (m == 0) return cudaSuccess;
   if (!qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
+  if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   QArgs A = base_args(f, x, n, k);
   A.w[0] = static_cast<const uint8_t*>(w_gate);
   A.w[1] = static_cast<const uint8_t*>(w_up);
@@ -355,6 +367,7 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
   A.gate_out = gate_out == out ? nullptr : gate_out;
   A.up_out = up_out;
   A.gelu = gelu_tanh;
+  if (norm) A.norm = *norm;
   if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
   return launch<2>(f, A, pdl, stream);
 }

@@ -16,6 +16,8 @@
 // The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) / Q8_0 (int8) with their
 // logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
 // backend reads them: is_packed / qformat_of in cuda_backend_impl.h).
+#include "backend/cuda/xnorm.h"
+
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -91,6 +93,7 @@ struct QGemvSeg {
   const float* bias = nullptr;
   float* out = nullptr;
   int64_t m = 0;
+  bool accumulate = false;  // out += x @ w^T (+ bias): no separate add of a residual
 };
 constexpr int kQGemvMaxSegs = 4;
 
@@ -105,14 +108,21 @@ bool qgemv_supported(int n, int64_t k, const void* x);
 // 11 bits of x instead of 8, but |x| > 65504 becomes inf (batches past 8 rows: BF16 x).
 enum class QGemvPath : int { Auto = 0, Staged = 1, Direct = 2 };
 
+// Whether the launchers below fold this RMSNorm into their x staging: only the staged kernel
+// does (xnorm.h), so path Auto must pick it.
+bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* norm, QGemvPath path = QGemvPath::Auto);
+
 // Up to kQGemvMaxSegs packed matrices of one format sharing x [n, k] F32, one launch.
+// norm (null or norm->w null: none): the matrices multiply rms_norm(x) (qgemv_takes_norm).
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
-                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto);
+                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
+                               const XNorm* norm = nullptr);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
-                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto);
+                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
+                             const XNorm* norm = nullptr);
 
 // One GEMV launch as the two launchers above set it up for either kernel (kernel argument).
 struct QGemvProblem {
@@ -120,6 +130,7 @@ struct QGemvProblem {
   const void* scales[kQGemvMaxSegs] = {};
   const float* bias[kQGemvMaxSegs] = {};
   float* out[kQGemvMaxSegs] = {};
+  bool accumulate[kQGemvMaxSegs] = {};
   int64_t m[kQGemvMaxSegs] = {};
   int tile_end[kQGemvMaxSegs] = {};  // cumulative 16-row tiles of segments 0..s
   int n_segs = 0;
@@ -129,6 +140,7 @@ struct QGemvProblem {
   int64_t k = 0;
   int64_t row_bytes = 0;
   int n_units = 0;  // 64-byte row units (128 int4 / 64 fp8 or int8 elements)
+  XNorm norm;       // staged kernel only
   float* glu_out = nullptr;
   float* gate_out = nullptr;
   float* up_out = nullptr;

@@ -29,6 +29,7 @@
 //     order; the row scale in the epilogue.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/norm_stage.cuh"
 #include "backend/cuda/qgemv.cuh"
 
 #include <cstdlib>
@@ -150,13 +151,15 @@ struct Seg {
   float* out;
   int64_t m;
   int t0;
+  bool accumulate;
 };
 template <bool kGlu>
 __device__ __forceinline__ Seg seg_of(const SArgs& A, int tile) {
-  Seg s{A.w[0], A.scales[0], A.bias[0], A.out[0], A.m[0], 0};
+  Seg s{A.w[0], A.scales[0], A.bias[0], A.out[0], A.m[0], 0, A.accumulate[0]};
 #pragma unroll
   for (int i = 1; i < kQGemvMaxSegs; ++i) {
-    if (!kGlu && i < A.n_segs && tile >= A.tile_end[i - 1]) s = Seg{A.w[i], A.scales[i], A.bias[i], A.out[i], A.m[i], A.tile_end[i - 1]};
+    if (!kGlu && i < A.n_segs && tile >= A.tile_end[i - 1])
+      s = Seg{A.w[i], A.scales[i], A.bias[i], A.out[i], A.m[i], A.tile_end[i - 1], A.accumulate[i]};
   }
   return s;
 }
@@ -207,8 +210,12 @@ __device__ __forceinline__ void read_slot(const uint8_t* slot, int s, uint32_t (
 
 // x [n, k] F32 -> BF16 (int8: F16) in shared memory (see the file comment), the zero block, and
 // for int4 the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
+// With A.norm, x is rms_norm(x) (block 0 also writes it to A.norm.out as F32).
 template <QFormat F>
 __device__ void stage_x(const SArgs& A, uint8_t* smem) {
+  __shared__ float s_part[kXNormMaxRows * 32], s_inv[kXNormMaxRows];
+  const bool norm = A.norm.w != nullptr;
+  if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
   const int tid = threadIdx.x;
@@ -227,6 +234,15 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem) {
       const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
       v0 = __ldg(xp);
       v1 = __ldg(xp + 1);
+      if (norm) {
+        v0 = rms_scale4(v0, s_inv[row], xnorm_w4(A.norm, k0 / 4));
+        v1 = rms_scale4(v1, s_inv[row], xnorm_w4(A.norm, k0 / 4 + 1));
+        if (blockIdx.x == 0 && A.norm.out) {
+          float4* op = reinterpret_cast<float4*>(A.norm.out + row * A.k + k0);
+          op[0] = v0;
+          op[1] = v1;
+        }
+      }
     }
     uint4 o;
     if constexpr (F == QFormat::Int4) {
@@ -402,7 +418,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
           if (A.up_out) A.up_out[i] = sum[1];
           A.glu_out[i] = glu_act(sum[0], A.gelu) * sum[1];
         } else {
-          sg.out[i] = sum[0] + (sg.bias ? sg.bias[row] : 0.0f);
+          const float y = sum[0] + (sg.bias ? sg.bias[row] : 0.0f);
+          sg.out[i] = sg.accumulate ? sg.out[i] + y : y;
         }
       }
     }
