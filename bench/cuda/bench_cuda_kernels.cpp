@@ -88,10 +88,10 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       w[c] = dmalloc(wbytes);
       CK(launch_fill_random(DType::BF16, w[c], sh.m * sh.k, 10 + c, -0.05f, 0.05f, s));
     }
-    auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(sh.k) * 4));
+    auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kGemvMaxBatch * sh.k) * 4));
     void* xb = dmalloc(static_cast<size_t>(sh.k) * 2);
-    auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(sh.m) * 4));
-    CK(launch_fill_random(DType::F32, x, sh.k, 3, -1.0f, 1.0f, s));
+    auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kGemvMaxBatch * sh.m) * 4));
+    CK(launch_fill_random(DType::F32, x, kGemvMaxBatch * sh.k, 3, -1.0f, 1.0f, s));
     CK(launch_convert(DType::F32, x, DType::BF16, xb, sh.k, s));
     const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
     const int per_graph = std::max(copies * 4, 16);
@@ -108,12 +108,28 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       best = std::max(best, gbs);
       char note[96];
       std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
-                    v == gemv_pick_variant(1, sh.k) ? ", backend pick" : "");
+                    v == gemv_pick_variant(1, sh.m, sh.k) ? ", backend pick" : "");
       result("gemv", std::string("ember bf16 v") + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
                          std::to_string(kGemvVariants[v].rows_per_warp) + "r x" +
                          std::to_string(kGemvVariants[v].unroll) + " /" +
                          std::to_string(kGemvVariants[v].k_splits) + ") " + shape,
              gbs, "GB/s", note);
+    }
+    // 2 and 4 rows (small decode batches), as programmatic dependents: every variant that takes them.
+    for (int n : {2, 4}) {
+      for (int v = 0; v < kGemvNumVariants; ++v) {
+        const bool smem = v == 4 || v == 5;
+        if (smem && static_cast<int64_t>(n) * sh.k * 4 > kGemvMaxSmemX) continue;
+        const double ms = time_graph(s, per_graph, 9, [&](int i) {
+          CK(launch_gemv_bf16(w[i % copies], x, nullptr, y, n, sh.m, sh.k, v, true, s));
+        });
+        const double gbs = wbytes / (ms * 1e-3) / 1e9;
+        char note[96];
+        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
+                      v == gemv_pick_variant(n, sh.m, sh.k) ? ", backend pick" : "");
+        result("gemv", "ember bf16 n=" + std::to_string(n) + " v" + std::to_string(v) + "+pdl " + shape, gbs,
+               "GB/s", note);
+      }
     }
     const double ms = time_graph(s, per_graph, 9, [&](int i) {
       const Status st = lt.matmul(DType::BF16, xb, w[i % copies], y, 1, sh.m, sh.k, ws, 32u << 20, s);

@@ -79,11 +79,11 @@ bool switched_on(const char* name) {
 
 }  // namespace
 
-int CudaBackend::gemv_variant(int n, int64_t k) const {
+int CudaBackend::gemv_variant(int n, int64_t m, int64_t k) const {
   const int v = gemv_variant_;
   const bool smem = v == 4 || v == 5;
   if (v < 0 || v >= kGemvNumVariants || (smem && static_cast<int64_t>(n) * k * 4 > kGemvMaxSmemX))
-    return gemv_pick_variant(n, k);
+    return gemv_pick_variant(n, m, k);
   return v;
 }
 
@@ -427,7 +427,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
   if (bf16_gemv) {
     EMBER_CUDA_CHECK(launch_gemv_bf16(w.data, x.as<float>(), b, out.as<float>(), static_cast<int>(n),
-                                      m, k, gemv_variant(static_cast<int>(n), k), /*pdl=*/true, stream_));
+                                      m, k, gemv_variant(static_cast<int>(n), m, k), /*pdl=*/true, stream_));
     return;
   }
   EMBER_CHECK(w.dtype == DType::F32, "matmul: CUDA weights must be BF16 or F32, got {}", dtype_name(w.dtype));
@@ -931,8 +931,8 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
                                       &pg_.norm));
     return;
   }
-  int variant = gemv_variant(pg_.n, pg_.k);
-  if (!gemv_glu_variant(variant)) variant = gemv_pick_variant(pg_.n, pg_.k);
+  int variant = gemv_variant(pg_.n, g.m, pg_.k);
+  if (!gemv_glu_variant(variant)) variant = gemv_pick_variant(pg_.n, g.m, pg_.k);
   if (pair && pg_.wtype == DType::BF16) {
     // The gate and up GEMVs just before: one launch with the GLU in its epilogue.
     pg_.count = 0;

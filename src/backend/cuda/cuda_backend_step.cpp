@@ -169,7 +169,9 @@ void CudaBackend::flush() {
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
                                           stream_, QGemvPath::Auto, &pg_.norm));
     } else {
-      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, gemv_variant(pg_.n, pg_.k),
+      int64_t rows = 0;  // of all the matrices (one grid)
+      for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
+      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, gemv_variant(pg_.n, rows, pg_.k),
                                               /*pdl=*/true, stream_));
     }
   }

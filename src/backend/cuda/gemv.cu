@@ -214,6 +214,7 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
     case 0: return launch<N, 1, 8, false, kGlu>(A, pdl, stream);
     case 1: return launch<N, 2, 4, false, kGlu>(A, pdl, stream);
     case 5: return launch<N, 2, 4, true, kGlu>(A, pdl, stream);
+    case 6: return launch<N, 2, 4, false, kGlu, 2>(A, pdl, stream);
     case 7: return launch<N, 2, 4, false, kGlu, 4>(A, pdl, stream);
     default: break;
   }
@@ -222,7 +223,6 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
       case 2: return launch<N, 4, 4, false, false>(A, pdl, stream);
       case 3: return launch<N, 2, 8, false, false>(A, pdl, stream);
       case 4: return launch<N, 1, 8, true, false>(A, pdl, stream);
-      case 6: return launch<N, 2, 4, false, false, 2>(A, pdl, stream);
       case 8: return launch<N, 1, 8, false, false, 2>(A, pdl, stream);
       case 9: return launch<N, 1, 8, false, false, 4>(A, pdl, stream);
       default: break;

@@ -26,19 +26,23 @@ constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4},
                                                          {2, 4}, {2, 4, 2}, {2, 4, 4}, {1, 8, 2}, {1, 8, 4}};
 constexpr int64_t kGemvMaxSmemX = 96 * 1024;
 constexpr int kGemvDefaultVariant = 1;
-// The variant measured fastest on an H200 for this shape. One row: four warps a row pair
-// (variant 7; `bench_cuda_kernels gemv`, session 8, as programmatic dependents: 3139 / 4047 /
-// 3659 / 4520 GB/s for 4096x4096 / 14336x4096 / 4096x14336 / 128256x4096 against 2477 / 3726
-// / 2890 / 4345 for variant 5). More rows (timed in session 2, before variant 7): x staged in
-// shared memory when it fits (2 rows per warp, 4 loads in flight); otherwise long rows prefer
-// one row per warp with 8 loads in flight, rows of <= 8192 two rows with 4.
-inline int gemv_pick_variant(int n, int64_t k) {
+// The variant measured fastest on an H200 for n rows of x and m rows of weights of length k
+// (`bench_cuda_kernels gemv`, session 8, as programmatic dependents, GB/s; 2 / 4 rows below).
+// One row: four warps a row pair (variant 7: 3139 / 4047 / 3659 / 4520 for 4096x4096 /
+// 14336x4096 / 4096x14336 / 128256x4096, against 2477 / 3726 / 2890 / 4345 for variant 5).
+// Two and four rows: long rows split over warps (k 14336: 3360 v7 / 2370 v6 against 1892 /
+// 1448 for the variant 0 picked before), 14336 rows two warps a pair (3415 / 2439 v6 against
+// 3205 / 2006 v5), 128256 rows unsplit (4328 v3 / 3070 v2 against 4060 / 2487 v5), 4096 rows
+// x staged in shared memory (v5: 2665 / 1874). (Three rows, not timed, take four rows' picks.)
+inline int gemv_pick_variant(int n, int64_t m, int64_t k) {
   if (n == 1) return 7;
-  if (static_cast<int64_t>(n) * k * 4 <= kGemvMaxSmemX) return 5;
-  return k > 8192 ? 0 : kGemvDefaultVariant;
+  if (k > 8192) return n == 2 ? 7 : 6;
+  if (m >= 65536) return n == 2 ? 3 : 2;
+  if (m >= 8192) return 6;
+  return static_cast<int64_t>(n) * k * 4 <= kGemvMaxSmemX ? 5 : kGemvDefaultVariant;
 }
-// The variants the GLU launcher takes (gemv_pick_variant's picks).
-inline bool gemv_glu_variant(int v) { return v == 0 || v == 1 || v == 5 || v == 7; }
+// The variants the GLU launcher takes (gemv_pick_variant's picks for a GLU's shapes, and 0).
+inline bool gemv_glu_variant(int v) { return v == 0 || v == 1 || v == 5 || v == 6 || v == 7; }
 constexpr int kGemvMaxBatch = 4;
 constexpr int kGemvMaxSegs = 4;
 
