@@ -350,8 +350,8 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   pn.rows = x.n_rows();
   pn.d = d;
   // Rows past the GEMV wait for the next op: a GEMM of out takes its x rows from this kernel.
-  // A plain norm of GEMV rows waits too: a GEMV of out folds it into its x staging.
-  // (rows the BF16 GEMV takes too: gemv_takes_pending_norm turns those down for BF16 weights)
+  // A plain norm of GEMV rows waits too: a packed GEMV of out folds it into its x staging
+  // (before a BF16 GEMV it launches alone: gemv_takes_pending_norm).
   pn.active = fuse_ && (pn.rows > kQGemvMaxBatch ||
                         (fold_norm_ && !pn.b && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
                          !overlaps(out.data, out.nbytes(), x.data, x.nbytes()) &&
