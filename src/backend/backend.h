@@ -73,6 +73,9 @@ class Backend {
   // Copies between host memory and a buffer of this backend (memcpy on the CPU).
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // Copies between two buffers of this backend, in order with the queued ops (CUDA: a
+  // device-to-device copy in the stream, no host sync; CPU: memcpy). Regions must not overlap.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() = 0;
   // Makes weights usable by this backend (CUDA: copy/convert to device; CPU: returns as is,

@@ -374,22 +374,20 @@ Status ModelRunner::execute_argmax_host(const ForwardBatch& batch, std::vector<i
 }
 
 Status ModelRunner::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
-  // A block of one layer is contiguous in each of K, V (and their scales): copy those.
+  for (auto [src, dst] : src_dst) {  // (all checked before anything is copied)
+    if (src < 0 || dst < 0 || src >= kv_.n_blocks || dst >= kv_.n_blocks || src == dst)
+      return Status::errorf("copy_blocks: block pair ({}, {}) out of range (0..{}) or not two blocks", src, dst,
+                            kv_.n_blocks - 1);
+  }
+  // A block of one layer is contiguous in each of K, V (and their scales): copy those, on the
+  // backend (a GPU copies in its stream, behind the step that wrote the source block).
   for (auto& layer : kv_.layers) {
     for (Tensor* t : {&layer.k, &layer.v}) {
       const size_t block_bytes = t->nbytes() / static_cast<size_t>(kv_.n_blocks);
       auto* base = static_cast<uint8_t*>(t->data);
-      for (auto [src, dst] : src_dst) {
-        if (src < 0 || dst < 0 || src >= kv_.n_blocks || dst >= kv_.n_blocks)
-          return Status::errorf("copy_blocks: block pair ({}, {}) out of range", src, dst);
-        if (backend_->device() == Device::CPU) {
-          std::memcpy(base + block_bytes * static_cast<size_t>(dst), base + block_bytes * static_cast<size_t>(src), block_bytes);
-        } else {
-          std::vector<uint8_t> tmp(block_bytes);
-          backend_->download(tmp.data(), base + block_bytes * static_cast<size_t>(src), block_bytes);
-          backend_->upload(base + block_bytes * static_cast<size_t>(dst), tmp.data(), block_bytes);
-        }
-      }
+      for (auto [src, dst] : src_dst)
+        backend_->copy(base + block_bytes * static_cast<size_t>(dst), base + block_bytes * static_cast<size_t>(src),
+                       block_bytes);
     }
     for (float* s : {layer.k_scales, layer.v_scales}) {
       if (s == nullptr) continue;

@@ -5,6 +5,7 @@
 // and fused vs unfused launches. With EMBER_CUDA_TEST_MODEL=<dir> (a checkpoint from
 // tools/make_cuda_bench_weights.py, e.g. --layers 2) the same GPU/CPU comparison runs at Llama-3-8B
 // shapes, where the tensor-core attention and the big GEMVs are used. Skips without a GPU.
+#include "../model/copy_blocks_check.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/npy.h"
 #include "runner/model_runner.h"
@@ -321,6 +322,18 @@ TEST(CudaModel, DeviceArgmaxEqualsHostSampler) {
     }
   }
   EXPECT_GT(distinct, 0) << "every sequence picked the same token: the test would not see mixed-up rows";
+}
+
+// Copy-on-write of a K/V block on the device (a device-to-device copy in the stream; before,
+// a download and upload through the host): copy_blocks_check.h, bf16 and fp8 K/V.
+TEST(CudaModel, CopyBlocksOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  for (const DType kv : {DType::BF16, DType::FP8_E4M3}) {
+    auto r = load_runner(kFixtures + "/llama3/hf-bf16", "cuda", kv, 8);
+    ASSERT_TRUE(r);
+    SCOPED_TRACE(dtype_name(kv));
+    copy_blocks_check::run(*r, 1e-6);
+  }
 }
 
 TEST(CudaModel, KvBudgetFromFreeMemory) {

@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<CpuBuffer>(bytes); }
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
   Result<Tensor> prepare_weight(const Tensor& host_weight) override {
     if (host_weight.device != Device::CPU)

@@ -181,6 +181,12 @@ void CudaBackend::download(void* dst, const void* src, size_t bytes) {
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  flush();
+  if (bytes == 0) return;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::synchronize() {
   flush();
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));

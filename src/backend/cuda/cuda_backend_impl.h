@@ -67,6 +67,7 @@ class CudaBackend final : public Backend, public CudaStep {
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
   Result<Tensor> prepare_weight(const Tensor& host) override;
   void get_rows(const Tensor& table, const int32_t* ids, int n, Tensor& out) override;
