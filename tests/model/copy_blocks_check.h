@@ -4,6 +4,7 @@
 // token then decoded on the table {2, 5} and on {2, 6} sees the same context, so its logits
 // must agree; on {2, 7} (block 7 never written) they must not (the check can fail). Bad pairs
 // are refused before anything is copied. Shared by the CPU (tests/model) and CUDA tests.
+#include "one_sequence_batch.h"
 #include "runner/model_runner.h"
 
 #include <gtest/gtest.h>
@@ -26,20 +27,7 @@ inline double rel(const std::vector<float>& a, const std::vector<float>& b) {
 // One sequence's step: tokens at positions start.. on the block table (block size 16).
 inline Status step(ModelRunner& r, const std::vector<int32_t>& table, int start, const std::vector<int32_t>& tokens,
                    std::vector<float>& logits) {
-  constexpr int kBlock = 16;
-  ForwardBatch b;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int pos = start + static_cast<int>(i);
-    b.token_ids.push_back(tokens[i]);
-    b.positions.push_back(pos);
-    b.slot_mapping.push_back(table[static_cast<size_t>(pos / kBlock)] * kBlock + pos % kBlock);
-  }
-  b.logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
-  b.query_start = {0, static_cast<int32_t>(tokens.size())};
-  b.seq_lens = {start + static_cast<int32_t>(tokens.size())};
-  b.block_tables = table;
-  b.max_blocks_per_seq = static_cast<int>(table.size());
-  return r.execute(b, logits);
+  return r.execute(one_sequence_batch(table, 16, start, tokens, false), logits);
 }
 
 // r: a runner with a K/V cache of >= 8 blocks of 16. tol: logits of the copy against the

@@ -2,6 +2,7 @@
 // logits of every prompt position, of every teacher-forced decode step, and free-running
 // greedy continuations (fixtures: tools/make_fixtures.py).
 #include "core/npy.h"
+#include "one_sequence_batch.h"
 #include "runner/model_runner.h"
 
 #include <gtest/gtest.h>
@@ -59,19 +60,8 @@ class Sequence {
     for (int i = 0; i < n_blocks; ++i) table_.push_back((i * 7 + 3) % n_blocks);
   }
   Status step(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>& logits) {
-    ForwardBatch b;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const int pos = len_ + static_cast<int>(i);
-      b.token_ids.push_back(tokens[i]);
-      b.positions.push_back(pos);
-      b.slot_mapping.push_back(table_[static_cast<size_t>(pos / block_size_)] * block_size_ + pos % block_size_);
-      if (all_logits || i + 1 == tokens.size()) b.logit_rows.push_back(static_cast<int32_t>(i));
-    }
+    const ForwardBatch b = one_sequence_batch(table_, block_size_, len_, tokens, all_logits);
     len_ += static_cast<int>(tokens.size());
-    b.query_start = {0, static_cast<int32_t>(tokens.size())};
-    b.seq_lens = {len_};
-    b.block_tables = table_;
-    b.max_blocks_per_seq = static_cast<int>(table_.size());
     return r_.execute(b, logits);
   }
 
