@@ -95,42 +95,30 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
     CK(launch_convert(DType::F32, x, DType::BF16, xb, sh.k, s));
     const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
     const int per_graph = std::max(copies * 4, 16);
-    double best = 0.0;
-    for (int pass = 0; pass < 2 * kGemvNumVariants; ++pass) {
-      // All variants plainly, then as programmatic dependent launches (each GEMV of the chain
-      // overlaps the previous one's tail, as in decode).
-      const bool pdl = pass >= kGemvNumVariants;
-      const int v = pass % kGemvNumVariants;
+    // Variant v on n rows of x, plainly or as programmatic dependent launches (each GEMV of the
+    // chain overlaps the previous one's tail, as in decode).
+    auto time_variant = [&](int n, int v, bool pdl) {
       const double ms = time_graph(s, per_graph, 9, [&](int i) {
-        CK(launch_gemv_bf16(w[i % copies], x, nullptr, y, 1, sh.m, sh.k, v, pdl, s));
+        CK(launch_gemv_bf16(w[i % copies], x, nullptr, y, n, sh.m, sh.k, v, pdl, s));
       });
       const double gbs = wbytes / (ms * 1e-3) / 1e9;
-      best = std::max(best, gbs);
       char note[96];
       std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
-                    v == gemv_pick_variant(1, sh.m, sh.k) ? ", backend pick" : "");
-      result("gemv", std::string("ember bf16 v") + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
+                    v == gemv_pick_variant(n, sh.m, sh.k) ? ", backend pick" : "");
+      const std::string rows = n == 1 ? "" : "n=" + std::to_string(n) + " ";
+      result("gemv", "ember bf16 " + rows + "v" + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
                          std::to_string(kGemvVariants[v].rows_per_warp) + "r x" +
                          std::to_string(kGemvVariants[v].unroll) + " /" +
                          std::to_string(kGemvVariants[v].k_splits) + ") " + shape,
              gbs, "GB/s", note);
-    }
-    // 2 and 4 rows (small decode batches), as programmatic dependents: every variant that takes them.
-    for (int n : {2, 4}) {
-      for (int v = 0; v < kGemvNumVariants; ++v) {
-        const bool smem = v == 4 || v == 5;
-        if (smem && static_cast<int64_t>(n) * sh.k * 4 > kGemvMaxSmemX) continue;
-        const double ms = time_graph(s, per_graph, 9, [&](int i) {
-          CK(launch_gemv_bf16(w[i % copies], x, nullptr, y, n, sh.m, sh.k, v, true, s));
-        });
-        const double gbs = wbytes / (ms * 1e-3) / 1e9;
-        char note[96];
-        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
-                      v == gemv_pick_variant(n, sh.m, sh.k) ? ", backend pick" : "");
-        result("gemv", "ember bf16 n=" + std::to_string(n) + " v" + std::to_string(v) + "+pdl " + shape, gbs,
-               "GB/s", note);
-      }
-    }
+    };
+    // One row: every variant plainly, then as dependents; 2 and 4 rows (small decode batches):
+    // every variant that takes them, as dependents.
+    for (const bool pdl : {false, true})
+      for (int v = 0; v < kGemvNumVariants; ++v) time_variant(1, v, pdl);
+    for (int n : {2, 4})
+      for (int v = 0; v < kGemvNumVariants; ++v)
+        if (gemv_variant_takes(v, n, sh.k)) time_variant(n, v, true);
     const double ms = time_graph(s, per_graph, 9, [&](int i) {
       const Status st = lt.matmul(DType::BF16, xb, w[i % copies], y, 1, sh.m, sh.k, ws, 32u << 20, s);
       if (!st.is_ok()) {

@@ -80,11 +80,7 @@ bool switched_on(const char* name) {
 }  // namespace
 
 int CudaBackend::gemv_variant(int n, int64_t m, int64_t k) const {
-  const int v = gemv_variant_;
-  const bool smem = v == 4 || v == 5;
-  if (v < 0 || v >= kGemvNumVariants || (smem && static_cast<int64_t>(n) * k * 4 > kGemvMaxSmemX))
-    return gemv_pick_variant(n, m, k);
-  return v;
+  return gemv_variant_takes(gemv_variant_, n, k) ? gemv_variant_ : gemv_pick_variant(n, m, k);
 }
 
 Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {

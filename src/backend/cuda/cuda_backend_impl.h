@@ -183,6 +183,8 @@ class CudaBackend final : public Backend, public CudaStep {
     float eps = 0.0f;
     float* out = nullptr;
     int64_t rows = 0, d = 0;
+    // The norm as a GEMV folds it in (plain norms only: b null).
+    XNorm xnorm() const { return XNorm{w, w_type == DType::BF16, eps, out}; }
   };
   struct PendingGlu {
     bool active = false;

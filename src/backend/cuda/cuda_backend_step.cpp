@@ -105,7 +105,7 @@ bool CudaBackend::gemv_takes_pending_norm(const Tensor& x, DType wtype, const vo
   if (!pn_.active || pn_.b || pn_.out != x.data || pn_.rows != n || pn_.d != k) return false;
   // Every block reads the norm's input rows: no GEMV output may land on them.
   if (overlaps(out, out_bytes, pn_.x, static_cast<size_t>(n * k) * sizeof(float))) return false;
-  const XNorm nm{pn_.w, pn_.w_type == DType::BF16, pn_.eps, pn_.out};
+  const XNorm nm = pn_.xnorm();
   return wtype != DType::BF16 && qgemv_takes_norm(qformat_of(wtype), n, k, pn_.x, &nm);
 }
 
@@ -131,7 +131,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
     XNorm norm;
     const float* x_raw = nullptr;
     if (gemv_takes_pending_norm(x, w.dtype, out.data, out_bytes)) {
-      norm = XNorm{pn_.w, pn_.w_type == DType::BF16, pn_.eps, pn_.out};
+      norm = pn_.xnorm();
       x_raw = pn_.x;
       pn_.active = false;  // launched inside the GEMV
     }

@@ -41,6 +41,11 @@ inline int gemv_pick_variant(int n, int64_t m, int64_t k) {
   if (m >= 8192) return 6;
   return static_cast<int64_t>(n) * k * 4 <= kGemvMaxSmemX ? 5 : kGemvDefaultVariant;
 }
+// Whether variant v can run n rows of length k (the shared-memory variants 4, 5 need the
+// F32 rows of x to fit kGemvMaxSmemX).
+inline bool gemv_variant_takes(int v, int n, int64_t k) {
+  return v >= 0 && v < kGemvNumVariants && ((v != 4 && v != 5) || static_cast<int64_t>(n) * k * 4 <= kGemvMaxSmemX);
+}
 // The variants the GLU launcher takes (gemv_pick_variant's picks for a GLU's shapes, and 0).
 inline bool gemv_glu_variant(int v) { return v == 0 || v == 1 || v == 5 || v == 6 || v == 7; }
 constexpr int kGemvMaxBatch = 4;
