@@ -412,19 +412,35 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
     auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
     CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
-    for (auto [warps, stages] : {std::pair{0, 0}, {4, 2}}) {
+    // The mma.sync kernel (default 8 warps, and 4), then the wgmma kernel (128- and 64-key
+    // tiles) where the device runs it.
+    struct Variant {
+      AttnKernel kind;
+      int warps, stages, keys, pipe;
+      const char* name;
+    };
+    const bool wgmma = wgmma_prefill_available(0);
+    for (const Variant& v : {Variant{AttnKernel::Prefill, 0, 0, 0, 0, "mma.sync 8w"},
+                             Variant{AttnKernel::Prefill, 4, 2, 0, 0, "mma.sync 4w"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 1, "wgmma 128-key tiles pipelined"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 0, "wgmma 128-key tiles"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 1, "wgmma 64-key tiles pipelined"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 0, "wgmma 64-key tiles"}}) {
+      if (v.kind == AttnKernel::PrefillWgmma && !wgmma) continue;
       PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, bs);
-      a.prefill_warps = warps;
-      a.stages = stages;
+      a.prefill_warps = v.warps;
+      a.stages = v.stages;
+      a.prefill_keys = v.keys;
+      a.prefill_pipe = v.pipe;
+      a.wgmma = wgmma;
       const double ms = time_graph(s, 5, 9, [&](int) {
-        CK(launch_paged_attention(a, AttnKernel::Prefill, nullptr, 0, sms, s));
+        CK(launch_paged_attention(a, v.kind, nullptr, 0, sms, s));
       });
       // Causal: each of the n queries sees pos + 1 keys; 2 matmuls of 2 FLOP per MAC.
       const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
       char note[64];
       std::snprintf(note, sizeof note, "%.3f ms", ms);
-      result("prefill-attn", "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " +
-                                 (warps ? std::to_string(warps) + "w " + std::to_string(stages) + "st" : std::string("default")),
+      result("prefill-attn", "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " + v.name,
              flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
     }
     CK(cudaFree(q));

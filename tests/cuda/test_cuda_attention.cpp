@@ -30,7 +30,10 @@ struct Run {
   int splits = 0;
   int stages = 0;
   int warps = 0;
+  int keys = 0;  // PrefillWgmma: keys per tile
+  int pipe = 0;  // PrefillWgmma: 1 pipelined
 };
+using RunList = std::vector<Run>;  // (inside a TEST body, Run names testing::Test::Run)
 
 class AttnProblem {
  public:
@@ -122,6 +125,9 @@ class AttnProblem {
       a.splits = r.splits;
       a.stages = r.stages;
       a.prefill_warps = r.warps;
+      a.prefill_keys = r.keys;
+      a.prefill_pipe = r.pipe;
+      a.wgmma = cuda::wgmma_prefill_available(0);
       int sms = 0;
       EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
       const auto kind = static_cast<cuda::AttnKernel>(r.kind);
@@ -190,6 +196,7 @@ constexpr int kAuto = -1;
 constexpr int kDecode = static_cast<int>(cuda::AttnKernel::Decode);
 constexpr int kPrefill = static_cast<int>(cuda::AttnKernel::Prefill);
 constexpr int kSimple = static_cast<int>(cuda::AttnKernel::Simple);
+constexpr int kWgmma = static_cast<int>(cuda::AttnKernel::PrefillWgmma);
 
 double tolerance(const AttnCase& c, int kind) {
   const bool mma = kind != kSimple && cuda::attention_mma_supported(c.kv, c.head_dim);
@@ -204,7 +211,7 @@ void check(const AttnCase& c, const std::vector<Run>& runs, uint32_t seed) {
   for (const auto& r : runs) {
     const double err = prob.run(r);
     EXPECT_LT(err, tolerance(c, r.kind)) << "kind " << r.kind << " splits " << r.splits << " stages "
-                                         << r.stages << " warps " << r.warps << " kv "
+                                         << r.stages << " warps " << r.warps << " keys " << r.keys << " pipe " << r.pipe << " kv "
                                          << dtype_name(c.kv) << " D " << c.head_dim;
   }
 }
@@ -248,6 +255,30 @@ TEST(CudaAttention, FallbackF32AndOddHeadDim) {
     AttnCase c{6, 3, 96, 16, kv, {{1, 100}, {20, 50}}};
     check(c, {{kAuto}, {kSimple}}, 6);
   }
+}
+
+// The wgmma prefill kernel (sm_90a, compute capability 9.0) at both key-tile sizes, with and
+// without its in-warpgroup pipelining: mixed
+// batches whose decode rows it also takes, GQA 1 / 4 / 8, odd block sizes 7 and 33, window +
+// soft-cap, both head dims and 16-bit types, prompts longer than a 128-row tile and chunks
+// whose keys reach back past their first row. Auto (through the backend) picks it on such a
+// device, so the other tests cover it there too.
+TEST(CudaAttention, WgmmaPrefill) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  const RunList runs = {{kAuto},
+                        {kWgmma, 0, 0, 0, 64},
+                        {kWgmma, 0, 0, 0, 128},
+                        {kWgmma, 0, 0, 0, 64, 1},
+                        {kWgmma, 0, 0, 0, 128, 1},
+                        {kPrefill}};
+  check(AttnCase{8, 2, 128, 16, DType::BF16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 41);
+  check(AttnCase{8, 2, 64, 16, DType::F16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {129, 700}}}, runs, 42);
+  check(AttnCase{8, 2, 128, 16, DType::BF16, {{3, 40}, {37, 37}, {150, 421}, {200, 1000}}, 100, 30.0f}, runs, 43);
+  check(AttnCase{8, 2, 64, 7, DType::F16, {{70, 70}, {150, 421}}, 50}, runs, 44);
+  check(AttnCase{4, 4, 64, 7, DType::BF16, {{1, 50}, {70, 70}, {2, 130}, {257, 257}}}, runs, 45);
+  check(AttnCase{16, 2, 128, 33, DType::F16, {{2, 600}, {1, 33}, {65, 65}, {300, 301}}, 0, 20.0f}, runs, 46);
+  check(AttnCase{32, 8, 128, 16, DType::BF16, {{512, 512}, {100, 1100}}}, runs, 47);
 }
 
 // FP8 K/V (e4m3, e5m2; unit scale as the CPU cache stores it without scales): every kernel on

@@ -153,17 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // the first K/V tiles are in flight.
   for (int i = threadIdx.x; i < kRows * kCh; i += kThreads) {
     const int r = i / kCh, c = i % kCh;
-    const int row = row0 + r;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (row < n_rows) {
-      const int j = row / G, h = kh * G + row % G;
-      const float4* src = reinterpret_cast<const float4*>(
-          a.q + (static_cast<size_t>(q0 + j) * a.n_heads + h) * D + c * 8);
-      const float4 x0 = src[0], x1 = src[1];
-      val = make_uint4(pack2<T>(x0.x, x0.y), pack2<T>(x0.z, x0.w), pack2<T>(x1.x, x1.y),
-                       pack2<T>(x1.z, x1.w));
-    }
-    s_q[swz<D>(r, c)] = val;
+    s_q[swz<D>(r, c)] = q_chunk<T, D>(a, q0, kh, G, n_rows, row0 + r, c);
   }
 
   __syncthreads();  // Q tile written
@@ -241,25 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   }
 
   if constexpr (!kDecode) {
-    // Row sums were kept per lane; complete them over the quad.
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-    const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = half ? r_b : r_a;
-      if (r >= n_rows) continue;
-      const float inv = half ? inv_b : inv_a;
-      float* dst = a.out + (static_cast<size_t>(q0 + r / G) * a.n_heads + kh * G + r % G) * D +
-                   2 * (lane & 3);
-#pragma unroll
-      for (int nt = 0; nt < kNtO; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) =
-            make_float2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
-    }
+    store_prefill_rows<D>(a, q0, kh, G, n_rows, r_a, lane, o, l_a, l_b);
   } else {
     // Merge the 4 warps' partial softmax states through shared memory, reusing the K/V tiles
     // once no copy is in flight.
@@ -442,10 +414,28 @@ bool attention_mma_supported(DType kv_type, int head_dim) {
          (head_dim == 64 || head_dim == 128);
 }
 
+bool wgmma_prefill_available(int device) {
+#if defined(EMBER_CUDA_SM90A)
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+bool attention_wgmma_supported(DType kv_type, int head_dim) {
+  return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128);
+}
+
 AttnKernel attention_pick(const PagedAttnArgs& a) {
   if (!attention_mma_supported(a.kv_type, a.head_dim)) return AttnKernel::Simple;
   const int group = a.n_heads / a.n_kv_heads;
-  return a.max_new * group <= kDecodeRows ? AttnKernel::Decode : AttnKernel::Prefill;
+  if (a.max_new * group <= kDecodeRows) return AttnKernel::Decode;
+  return a.wgmma && attention_wgmma_supported(a.kv_type, a.head_dim) ? AttnKernel::PrefillWgmma : AttnKernel::Prefill;
 }
 
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
@@ -468,6 +458,13 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   Launch L;
   L.a = a;
   L.group = a.n_heads / a.n_kv_heads;
+  if (kind == AttnKernel::PrefillWgmma) {
+    if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
+    L.row_tiles = (a.max_new * L.group + 64 * kWgmmaWarpgroups - 1) / (64 * kWgmmaWarpgroups);
+    const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
+                    static_cast<unsigned>(a.n_launch_seqs));
+    return launch_prefill_wgmma(L, a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys, a.prefill_pipe > 0, grid, stream);
+  }
   if (kind == AttnKernel::Prefill) {
     const int warps = a.prefill_warps ? a.prefill_warps : kDefaultPrefillWarps;
     const int stages = a.stages ? a.stages : kDefaultPrefillStages;

@@ -9,6 +9,8 @@
 //    kernel merges the splits by their log-sum-exp.
 //  - Prefill: FlashAttention-2-style tiled kernel, 128 (or 64) packed rows per block, 16 per
 //    warp, 64-key tiles streamed through shared-memory stages with cp.async.
+//  - PrefillWgmma: the same tiling on Hopper's warpgroup MMAs (sm_90a builds on compute
+//    capability 9.0; BF16 / F16 K/V, head_dim 64 / 128): 64 rows per warpgroup, 128-key tiles.
 //  - Simple: one warp per (token, head), any K/V dtype and head_dim <= 256; the fallback.
 // The tensor-core kernels take BF16, F16, FP8_E4M3 or FP8_E5M2 K/V with head_dim 64 or 128.
 // FP8 K/V (unit scale, the CPU cache's encoding without scales) is copied to shared memory as
@@ -25,7 +27,7 @@
 
 namespace ember::cuda {
 
-enum class AttnKernel : int { Auto = 0, Decode = 1, Prefill = 2, Simple = 3 };
+enum class AttnKernel : int { Auto = 0, Decode = 1, Prefill = 2, Simple = 3, PrefillWgmma = 4 };
 
 struct PagedAttnArgs {
   const float* q = nullptr;  // [n_tokens, n_heads, head_dim] F32
@@ -55,6 +57,11 @@ struct PagedAttnArgs {
   // and warps per prefill block (4 or 8; 16 query rows each).
   int stages = 0;
   int prefill_warps = 0;
+  int prefill_keys = 0;  // PrefillWgmma: keys per tile, 64 or 128
+  int prefill_pipe = 0;  // PrefillWgmma: 1 in-warpgroup pipelining (measured 1-2% slower on an H200)
+  // The device runs the sm_90a kernels (wgmma_prefill_available()): Auto picks PrefillWgmma
+  // for prefill where it takes the arguments.
+  bool wgmma = false;
   // Launch the tensor-core kernels as programmatic dependents of the previous kernel.
   bool pdl = false;
   // Decode: when the launch has fewer blocks than SMs, split the key range finer (down to one
@@ -66,6 +73,10 @@ struct PagedAttnArgs {
 bool cuda_kv_dtype_supported(DType kv_type);
 bool attention_mma_supported(DType kv_type, int head_dim);
 bool attention_simple_supported(DType kv_type, int head_dim);
+
+// Whether this build has the sm_90a kernels and `device` is compute capability 9.0.
+bool wgmma_prefill_available(int device);
+bool attention_wgmma_supported(DType kv_type, int head_dim);
 
 // The kernel Auto resolves to for these arguments.
 AttnKernel attention_pick(const PagedAttnArgs& a);

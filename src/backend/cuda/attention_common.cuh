@@ -248,12 +248,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNtS][4], int key0, int p
 }
 
 // One tile's step of the online softmax for this lane's two rows (g and g + 8): running maxima
-// m and per-lane sums l, O rescaled, scores s replaced by their probabilities. kLazy: skip the
-// rescale when no row maximum of the warp moved (the factors are then exactly 1; in decode,
-// after the first tiles, that is most tiles).
-template <int kNtS, int kNtO, bool kLazy>
-__device__ __forceinline__ void online_softmax(float (&s)[kNtS][4], float (&o)[kNtO][4], float& m_a, float& m_b,
-                                               float& l_a, float& l_b) {
+// m and per-lane sums l move to this tile, scores s become probabilities, and c_a / c_b are the
+// factors the old O rows must be scaled by (exactly 1 where a maximum did not move). Returns
+// whether any of the two maxima moved.
+template <int kNtS>
+__device__ __forceinline__ bool softmax_tile(float (&s)[kNtS][4], float& m_a, float& m_b, float& l_a, float& l_b,
+                                             float& c_a, float& c_b) {
   float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
   for (int nt = 0; nt < kNtS; ++nt) {
@@ -270,18 +270,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kNtS][4], float (&o)[k
   // not NaN.
   const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;
   const float base_b = mn_b == -INFINITY ? 0.0f : mn_b;
-  if (!kLazy || !__all_sync(0xffffffffu, mn_a == m_a && mn_b == m_b)) {
-    const float c_a = fast_exp2(m_a - base_a), c_b = fast_exp2(m_b - base_b);
-    l_a *= c_a;
-    l_b *= c_b;
-#pragma unroll
-    for (int i = 0; i < kNtO; ++i) {
-      o[i][0] *= c_a;
-      o[i][1] *= c_a;
-      o[i][2] *= c_b;
-      o[i][3] *= c_b;
-    }
-  }
+  const bool moved = !(mn_a == m_a && mn_b == m_b);
+  c_a = fast_exp2(m_a - base_a);
+  c_b = fast_exp2(m_b - base_b);
+  l_a *= c_a;
+  l_b *= c_b;
   m_a = mn_a;
   m_b = mn_b;
 #pragma unroll
@@ -293,6 +286,30 @@ __device__ __forceinline__ void online_softmax(float (&s)[kNtS][4], float (&o)[k
     l_a += s[nt][0] + s[nt][1];
     l_b += s[nt][2] + s[nt][3];
   }
+  return moved;
+}
+
+// O rows g (c_a) and g + 8 (c_b) scaled.   o[kNtO][4] (C fragments)
+template <int kNtO>
+__device__ __forceinline__ void rescale_rows(float (&o)[kNtO][4], float c_a, float c_b) {
+#pragma unroll
+  for (int i = 0; i < kNtO; ++i) {
+    o[i][0] *= c_a;
+    o[i][1] *= c_a;
+    o[i][2] *= c_b;
+    o[i][3] *= c_b;
+  }
+}
+
+// softmax_tile with O rescaled at once. kLazy: skip the rescale when no row maximum of the
+// warp moved (the factors are then exactly 1; in decode, after the first tiles, that is most
+// tiles).
+template <int kNtS, int kNtO, bool kLazy>
+__device__ __forceinline__ void online_softmax(float (&s)[kNtS][4], float (&o)[kNtO][4], float& m_a, float& m_b,
+                                               float& l_a, float& l_b) {
+  float c_a, c_b;
+  const bool moved = softmax_tile<kNtS>(s, m_a, m_b, l_a, l_b, c_a, c_b);
+  if (!kLazy || __any_sync(0xffffffffu, moved)) rescale_rows<kNtO>(o, c_a, c_b);
 }
 
 // P of 16 keys (score n-tiles 2kk and 2kk + 1) as one A fragment of P V.
@@ -302,6 +319,40 @@ __device__ __forceinline__ void p_fragment(uint32_t (&pa)[4], const float (&s)[k
   pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
   pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
   pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// 16-byte chunk c (8 values, rounded to T) of packed row `row` of Q: token q0 + row / G, head
+// kh * G + row % G; zeros past n_rows.
+template <typename T, int D>
+__device__ __forceinline__ uint4 q_chunk(const PagedAttnArgs& a, int q0, int kh, int G, int n_rows, int row, int c) {
+  if (row >= n_rows) return make_uint4(0, 0, 0, 0);
+  const int j = row / G, h = kh * G + row % G;
+  const float4* src = reinterpret_cast<const float4*>(a.q + (static_cast<size_t>(q0 + j) * a.n_heads + h) * D + c * 8);
+  const float4 x0 = src[0], x1 = src[1];
+  return make_uint4(pack2<T>(x0.x, x0.y), pack2<T>(x0.z, x0.w), pack2<T>(x1.x, x1.y), pack2<T>(x1.z, x1.w));
+}
+
+// The end of a prefill warp: completes this lane's row sums (rows r_a, r_b = r_a + 8) over
+// its quad and writes O / l of the rows below n_rows.   o[D / 8][4] (C fragments)
+template <int D>
+__device__ __forceinline__ void store_prefill_rows(const PagedAttnArgs& a, int q0, int kh, int G, int n_rows, int r_a,
+                                                   int lane, const float (&o)[D / 8][4], float l_a, float l_b) {
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
+  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r_a + 8 * half;
+    if (r >= n_rows) continue;
+    const float inv = half ? inv_b : inv_a;
+    float* dst = a.out + (static_cast<size_t>(q0 + r / G) * a.n_heads + kh * G + r % G) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
+  }
 }
 
 // Completes this lane's row sums over its quad and stores the warp's softmax state for the
@@ -359,5 +410,13 @@ __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSp
 // type from L.a.kv_type (FP8_E4M3 / FP8_E5M2), stages 2, 3, 4 or 6; cudaErrorInvalidValue for
 // anything else.
 cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);
+
+// The wgmma prefill kernel (attention_wgmma.cu, sm_90a builds only): kWgmmaWarpgroups
+// warpgroups of 64 packed rows per block, keys 64 or 128 per tile; BF16 / F16 K/V, head_dim
+// 64 / 128; pipe: P V of a tile overlaps the softmax of the next; cudaErrorInvalidValue for
+// anything else.
+constexpr int kWgmmaWarpgroups = 2;
+constexpr int kDefaultWgmmaKeys = 128;
+cudaError_t launch_prefill_wgmma(const Launch& L, int keys, bool pipe, dim3 grid, cudaStream_t stream);
 
 }  // namespace ember::cuda::attn

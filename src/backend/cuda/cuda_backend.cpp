@@ -100,6 +100,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->gpu_name_ = prop.name;
   be->fuse_ = switched_on("EMBER_CUDA_FUSE");
   be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
+  be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
@@ -872,6 +873,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.window = p.sliding_window;
   a.pdl = true;
   a.fill_gpu = attn_fill_;
+  a.wgmma = wgmma_prefill_;
   const int group = p.n_heads / p.n_kv_heads;
   const bool mma = attention_mma_supported(a.kv_type, a.head_dim);
   EMBER_CHECK(mma || attention_simple_supported(a.kv_type, a.head_dim),
@@ -909,7 +911,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     ac.max_new = max_new[c];
     ac.max_kv = max_kv[c];
     if (c == 0) ac.splits = decode_splits_;
-    const AttnKernel kind = !mma ? AttnKernel::Simple : (c == 0 ? AttnKernel::Decode : AttnKernel::Prefill);
+    const AttnKernel kind = !mma      ? AttnKernel::Simple
+                            : c == 0  ? AttnKernel::Decode
+                            : a.wgmma && attention_wgmma_supported(a.kv_type, a.head_dim) ? AttnKernel::PrefillWgmma
+                                                                                          : AttnKernel::Prefill;
     const size_t ws_bytes = attention_workspace_bytes(ac, kind, num_sms_);
     void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;
     EMBER_CUDA_CHECK(launch_paged_attention(ac, kind, ws, ws_bytes, num_sms_, stream_));
