@@ -463,7 +463,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
     L.row_tiles = (a.max_new * L.group + 64 * kWgmmaWarpgroups - 1) / (64 * kWgmmaWarpgroups);
     const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                     static_cast<unsigned>(a.n_launch_seqs));
-    return launch_prefill_wgmma(L, a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys, a.prefill_pipe > 0, grid, stream);
+    return launch_prefill_wgmma(L, a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys, a.prefill_ws == 0 ? kDefaultWgmmaWs : a.prefill_ws > 0, grid, stream);
   }
   if (kind == AttnKernel::Prefill) {
     const int warps = a.prefill_warps ? a.prefill_warps : kDefaultPrefillWarps;

@@ -58,7 +58,7 @@ struct PagedAttnArgs {
   int stages = 0;
   int prefill_warps = 0;
   int prefill_keys = 0;  // PrefillWgmma: keys per tile, 64 or 128
-  int prefill_pipe = 0;  // PrefillWgmma: 1 in-warpgroup pipelining (measured 1-2% slower on an H200)
+  int prefill_ws = 0;    // PrefillWgmma: 1 warp-specialized, -1 block-synced, 0 the default
   // The device runs the sm_90a kernels (wgmma_prefill_available()): Auto picks PrefillWgmma
   // for prefill where it takes the arguments.
   bool wgmma = false;

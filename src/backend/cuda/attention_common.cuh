@@ -413,10 +413,11 @@ cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream
 
 // The wgmma prefill kernel (attention_wgmma.cu, sm_90a builds only): kWgmmaWarpgroups
 // warpgroups of 64 packed rows per block, keys 64 or 128 per tile; BF16 / F16 K/V, head_dim
-// 64 / 128; pipe: P V of a tile overlaps the softmax of the next; cudaErrorInvalidValue for
-// anything else.
+// 64 / 128; ws: the warp-specialized kernel (a producer warpgroup besides); cudaErrorInvalidValue
+// for anything else.
 constexpr int kWgmmaWarpgroups = 2;
 constexpr int kDefaultWgmmaKeys = 128;
-cudaError_t launch_prefill_wgmma(const Launch& L, int keys, bool pipe, dim3 grid, cudaStream_t stream);
+constexpr bool kDefaultWgmmaWs = true;
+cudaError_t launch_prefill_wgmma(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream);
 
 }  // namespace ember::cuda::attn

@@ -1,12 +1,17 @@
-// Prefill attention on Hopper's warpgroup MMAs (wgmma, sm_90a), FlashAttention-3-style
-// without the producer warps: each warpgroup of a block owns 64 packed (token, head) rows;
-// S = Q K^T reads Q and a key tile from shared memory (both K-major), the online softmax runs
-// on S's accumulator registers, and O += P V takes P straight from those registers (the F32
-// accumulator layout of one MMA is the 16-bit A-fragment layout of the next) and V from the
-// same tile read N-major. K/V tiles stream in through a cp.async ring written in the 128-byte
-// swizzle the descriptors name (wgmma.cuh). Why wgmma: the mma.sync kernel (attention.cu) is
-// issue-bound at ~250 TFLOP/s; one wgmma does the work of 32 mma.sync and reads its operands
-// without ldmatrix.
+// Prefill attention on Hopper's warpgroup MMAs (wgmma, sm_90a), FlashAttention-3-style: each
+// consumer warpgroup of a block owns 64 packed (token, head) rows; S = Q K^T reads Q and a key
+// tile from shared memory (both K-major), the online softmax runs on S's accumulator
+// registers, and O += P V takes P straight from those registers (the F32 accumulator layout of
+// one MMA is the 16-bit A-fragment layout of the next) and V from the same tile read N-major.
+// K/V tiles stream in through a cp.async ring written in the 128-byte swizzle the descriptors
+// name (wgmma.cuh). Two kernels:
+//  - synced: every warp loads and computes; one block barrier per tile;
+//  - warp-specialized: a producer warpgroup (few registers, setmaxnreg) streams the tiles and
+//    signals each stage's mbarrier as its copies land; the consumer warpgroups (more
+//    registers) wait on it and release the stage through a second mbarrier, so they never
+//    wait for each other and their MMAs and softmax interleave.
+// Why wgmma: the mma.sync kernel (attention.cu) is issue-bound at ~250 TFLOP/s; one wgmma does
+// the work of 32 mma.sync and reads its operands without ldmatrix.
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/wgmma.cuh"
 
@@ -16,222 +21,286 @@ namespace ember::cuda::attn {
 
 namespace {
 
-// Shared memory: Q [kWg * 64 rows][D], then kStages x (K, V) [kKeys][D], all 16-bit and
-// swizzled; +1 KiB to align the base to the swizzle period.
+// Shared memory: Q [consumer warpgroups * 64 rows][D], then kStages x (K, V) [kKeys][D], all
+// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers; +1 KiB to align the
+// base to the swizzle period.
 constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D) {
-  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + wg::kAtomBytes;
+  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + 16 * stages + wg::kAtomBytes;
 }
 
-// kWg warpgroups of 64 rows; kKeys keys per tile (64 or 128: S is 64 x kKeys per warpgroup);
-// kStages tiles in the cp.async ring. kPipe: FlashAttention-3's in-warpgroup pipelining: P V
-// of tile t - 1 is issued behind Q K^T of tile t and runs on the tensor cores while the
-// softmax of tile t runs on the other units; a tile's stage is then busy one iteration longer,
-// so the ring keeps one tile in flight with 3 stages (2 without).
-template <typename T, int D, int kWg, int kKeys, int kStages, bool kPipe, bool kSoftcap>
-__global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const Launch L) {
 #if defined(EMBER_WGMMA_DEVICE)
-  constexpr int kThreads = kWg * 128;
-  constexpr int kRows = kWg * 64;
-  constexpr int kCh = D / 8;          // 16-byte chunks per row
-  constexpr int kNtS = kKeys / 8;     // score n-tiles
-  constexpr int kNtO = D / 8;         // output n-tiles
-  constexpr uint32_t kTileBytes = kKeys * D * 2;  // one K or V tile
-  constexpr int kSub = kKeys / kTileKeys;         // loader tiles (64 keys) per key tile
-  constexpr int kAhead = kPipe ? kStages - 2 : kStages - 1;  // tiles in flight behind the current one
-  static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kAhead >= 1);
+// The base of the dynamic shared memory rounded up to the swizzle period.
+__device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
+  const uint32_t a = smem_addr(raw);
+  return raw + ((wg::kAtomBytes - (a & (wg::kAtomBytes - 1))) & (wg::kAtomBytes - 1));
+}
 
-  const PagedAttnArgs& a = L.a;
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  uint8_t* smem = smem_raw + ((wg::kAtomBytes - (raw_addr & (wg::kAtomBytes - 1))) & (wg::kAtomBytes - 1));
-  uint8_t* s_q = smem;                       // [D / 64][kRows][64]
-  uint8_t* s_kv = smem + kRows * D * 2;      // [kStages][K, V][D / 64][kKeys][64]
-  const uint32_t q_addr = smem_addr(s_q), kv_addr = smem_addr(s_kv);
-
-  pdl_wait();
-  pdl_launch_dependents();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wgi = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
-  const int kh = blockIdx.y;
-  AttnSpan sp;
-  if (!attn_span<false, kRows>(L, sp)) return;
-  const int G = L.group;
-  const int q0 = sp.q0, n_rows = sp.n_rows, row0 = sp.row0, pos_base = sp.pos_base;
-  const int t_begin = sp.t_begin;
-  const int n_tiles = (sp.kv_hi - t_begin + kKeys - 1) / kKeys;
-
-  // Two 16-byte chunks per thread and row of a 64-key loader tile (kRun 2).
-  KvTileLoader<D * 2, kThreads, 2> ld(a, sp.seq, kh, t_begin, sp.kv_hi);
-  auto issue = [&](int stage) {
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub) {
-      ld.load_ids();
-      ld.issue([&](int k0, int key, int c, int kv) {
-        const int r = sub * kTileKeys + k0 + key;
-        return s_kv + (stage * 2 + kv) * kTileBytes + wg::swizzled_offset(kKeys, r, c);
-      });
-    }
-  };
-#pragma unroll
-  for (int st = 0; st < kAhead; ++st) {
-    if (st < n_tiles) issue(st);
-    cp_async_commit();
-  }
-  // Q: F32 rows of the packed (token, head) pairs -> T, swizzled, while K/V tiles load.
-  for (int i = threadIdx.x; i < kRows * kCh; i += kThreads) {
-    const int r = i / kCh, c = i % kCh;
-    *reinterpret_cast<uint4*>(s_q + wg::swizzled_offset(kRows, r, c)) = q_chunk<T, D>(a, q0, kh, G, n_rows, row0 + r, c);
-  }
-
+// One consumer warpgroup's running state over its 64 rows, and the tile step.
+template <typename T, int D, int kKeys, bool kSoftcap>
+struct WgRows {
+  static constexpr int kNtS = kKeys / 8;  // score n-tiles
+  static constexpr int kNtO = D / 8;      // output n-tiles
   float o[kNtO][4];
-#pragma unroll
-  for (int i = 0; i < kNtO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-  // This lane's rows (g and g + 8 of its warp's 16) and positions; the warpgroup's range.
-  const int wrow0 = wgi * 64 + wwarp * 16;
-  const int r_a = row0 + wrow0 + lane / 4, r_b = r_a + 8;
-  const int pos_a = pos_base + r_a / G, pos_b = pos_base + r_b / G;
-  const int warp_pos_min = pos_base + (row0 + wrow0) / G;
-  const int wg_pos_min = pos_base + (row0 + wgi * 64) / G;
-  const int wg_pos_max = pos_base + (min(row0 + wgi * 64 + 63, n_rows - 1)) / G;
-  const bool wg_live = row0 + wgi * 64 < n_rows;
-  const float qk_scale = kSoftcap ? a.scale : a.scale * kLog2e;
-  const float inv_cap = kSoftcap ? 1.0f / a.softcap : 0.0f;
-  // Q rows of this warpgroup: the A operand of every S MMA.
-  const uint32_t qa_addr = q_addr + wgi * 64 * wg::kSwizzleBytes;
+  int r_a;            // this lane's first row (packed, within the sequence); the other is r_a + 8
+  int pos_a, pos_b;   // their positions
+  int warp_pos_min;   // position of the warp's first row
+  int pos_min, pos_max;  // the warpgroup's rows' positions
+  bool live;          // the warpgroup has rows
+  uint32_t qa_addr;   // its Q rows: the A operand of every S MMA
+  float qk_scale, inv_cap;
 
-  // kPipe: P of the previous live tile (A fragments) and its V, not yet multiplied.
-  uint32_t pa[kKeys / 16][4];
-  uint32_t pending_v = 0;  // shared address of that V tile; 0: none
-  auto issue_pv = [&](uint32_t v_addr) {
+  __device__ __forceinline__ WgRows(const Launch& L, const AttnSpan& sp, int wgi, int q_rows, uint32_t q_addr) {
+    const int lane = threadIdx.x % 32, wwarp = (threadIdx.x / 32) % 4;
+    const int G = L.group;
+#pragma unroll
+    for (int i = 0; i < kNtO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    const int wrow0 = wgi * 64 + wwarp * 16;
+    r_a = sp.row0 + wrow0 + lane / 4;
+    pos_a = sp.pos_base + r_a / G;
+    pos_b = sp.pos_base + (r_a + 8) / G;
+    warp_pos_min = sp.pos_base + (sp.row0 + wrow0) / G;
+    pos_min = sp.pos_base + (sp.row0 + wgi * 64) / G;
+    pos_max = sp.pos_base + min(sp.row0 + wgi * 64 + 63, sp.n_rows - 1) / G;
+    live = sp.row0 + wgi * 64 < sp.n_rows;
+    qa_addr = q_addr + wgi * 64 * wg::kSwizzleBytes;
+    qk_scale = kSoftcap ? L.a.scale : L.a.scale * kLog2e;
+    inv_cap = kSoftcap ? 1.0f / L.a.softcap : 0.0f;
+    (void)q_rows;
+  }
+
+  // Whether the key tile from key0 holds a key any row of the warpgroup sees (causal, window):
+  // uniform over the warpgroup.
+  __device__ __forceinline__ bool sees(int key0, int window) const {
+    return live && key0 <= pos_max && !(window > 0 && key0 + kKeys - 1 <= pos_min - window);
+  }
+
+  // S = Q K^T, softmax, O += P V over one key tile: K and V [kKeys][D] swizzled at k_addr /
+  // v_addr, Q with q_rows rows in its column blocks.
+  __device__ __forceinline__ void attend(uint32_t k_addr, uint32_t v_addr, int key0, int q_rows, const PagedAttnArgs& a) {
+    const int lane = threadIdx.x % 32;
+    float s[kNtS][4];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t col = (ks % 4) * 32;  // k offset inside the 128-byte row
+      const uint64_t da = wg::desc(qa_addr + (ks / 4) * q_rows * wg::kSwizzleBytes + col, 16, wg::kAtomBytes);
+      const uint64_t db = wg::desc(k_addr + (ks / 4) * kKeys * wg::kSwizzleBytes + col, 16, wg::kAtomBytes);
+      wg::mma_ss<T, kKeys>(s, da, db, ks > 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands(s);
+
+    scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
+    if (key0 + kKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
+    online_softmax<kNtS, kNtO, false>(s, o, m_a, m_b, l_a, l_b);
+
+    // O += P V   [64 x D]: P of 16 keys per MMA, V's rows kk * 16 .. + 15 read N-major.
+    uint32_t pa[kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
+    wg::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       const uint64_t db = wg::desc(v_addr + kk * 16 * wg::kSwizzleBytes, kKeys * wg::kSwizzleBytes, wg::kAtomBytes);
       wg::mma_rs_nmajor<T, D>(o, pa[kk], db);
     }
     wg::commit();
-  };
-
-  int stage = 0, issue_stage = kAhead;
-  for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kAhead - 1>();
-    wg::fence_proxy_async();  // this thread's cp.async (and, at t = 0, Q) bytes -> wgmma
-    // Tile t visible; every warpgroup done with tile t - 1 (kPipe: with the P V of tile t - 2).
-    __syncthreads();
-    if (t + kAhead < n_tiles) issue(issue_stage);
-    cp_async_commit();
-    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
-    const uint32_t k_addr = kv_addr + stage * 2 * kTileBytes, v_addr = k_addr + kTileBytes;
-    stage = stage + 1 == kStages ? 0 : stage + 1;
-    const int key0 = t_begin + t * kKeys;
-    // A tile past every row of the warpgroup (causal) or before every row's window: nothing
-    // to add; the warpgroup skips its MMAs (uniform over the warpgroup). Live tiles are
-    // contiguous, so a pending P V is finished here before its stage is reloaded.
-    if (!wg_live || key0 > wg_pos_max || (a.window > 0 && key0 + kKeys - 1 <= wg_pos_min - a.window)) {
-      if (kPipe && pending_v) {
-        wg::fence();
-        issue_pv(pending_v);
-        wg::wait<0>();
-        wg::fence_operands(o);
-        pending_v = 0;
-      }
-      continue;
-    }
-
-    // S = Q K^T   [64 x kKeys] per warpgroup
-    float s[kNtS][4];
-    wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t col = (ks % 4) * 32;  // k offset inside the 128-byte row
-      const uint64_t da = wg::desc(qa_addr + (ks / 4) * kRows * wg::kSwizzleBytes + col, 16, wg::kAtomBytes);
-      const uint64_t db = wg::desc(k_addr + (ks / 4) * kKeys * wg::kSwizzleBytes + col, 16, wg::kAtomBytes);
-      wg::mma_ss<T, kKeys>(s, da, db, ks > 0);
-    }
-    wg::commit();
-    const bool pv_in_flight = kPipe && pending_v;
-    if (pv_in_flight) {
-      issue_pv(pending_v);  // O += P V of the previous tile, behind S
-      wg::wait<1>();        // S done; P V may still run
-    } else {
-      wg::wait<0>();
-    }
-    wg::fence_operands(s);
-
-    scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
-    if (key0 + kKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
-    float c_a, c_b;
-    softmax_tile<kNtS>(s, m_a, m_b, l_a, l_b, c_a, c_b);
-    if (pv_in_flight) {
-      // The MMAs read their A registers until they complete: P of the previous tile stays
-      // where it is until then.
-      wg::wait<0>();
-      wg::fence_operands(o);
-      wg::fence_operands(pa);
-    }
-    rescale_rows<kNtO>(o, c_a, c_b);
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
-    if constexpr (kPipe) {
-      pending_v = v_addr;
-    } else {
-      // O += P V   [64 x D]: P of 16 keys per MMA, V's rows kk * 16 .. + 15 read N-major.
-      wg::fence();
-      issue_pv(v_addr);
-      wg::wait<0>();
-      wg::fence_operands(o);
-    }
-  }
-  if (kPipe && pending_v) {
-    wg::fence();
-    issue_pv(pending_v);
     wg::wait<0>();
     wg::fence_operands(o);
+    wg::fence_operands(pa);
   }
-  store_prefill_rows<D>(a, q0, kh, G, n_rows, r_a, lane, o, l_a, l_b);
+};
+
+// Copies key tile t (kKeys keys from t_begin + t * kKeys) of K and V into ring stage `stage`
+// through loader ld (64-key tiles, called in order).
+template <int D, int kKeys, typename Loader>
+__device__ __forceinline__ void issue_tile(Loader& ld, uint8_t* s_kv, int stage) {
+  constexpr uint32_t kTileBytes = kKeys * D * 2;
+#pragma unroll
+  for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
+    ld.load_ids();
+    ld.issue([&](int k0, int key, int c, int kv) {
+      const int r = sub * kTileKeys + k0 + key;
+      return s_kv + (stage * 2 + kv) * kTileBytes + wg::swizzled_offset(kKeys, r, c);
+    });
+  }
+}
+
+// Q rows [row_lo, row_lo + n) of the block's q_rows: F32 -> T, swizzled; threads [0, threads).
+template <typename T, int D>
+__device__ __forceinline__ void load_q(const Launch& L, const AttnSpan& sp, uint8_t* s_q, int q_rows, int row_lo, int n,
+                                       int tid, int threads) {
+  constexpr int kCh = D / 8;
+  for (int i = tid; i < n * kCh; i += threads) {
+    const int r = row_lo + i / kCh, c = i % kCh;
+    *reinterpret_cast<uint4*>(s_q + wg::swizzled_offset(q_rows, r, c)) =
+        q_chunk<T, D>(L.a, sp.q0, blockIdx.y, L.group, sp.n_rows, sp.row0 + r, c);
+  }
+}
+#endif  // EMBER_WGMMA_DEVICE
+
+// Synced kernel: kWg warpgroups of 64 rows, all loading; kStages tiles in the cp.async ring.
+template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap>
+__global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const Launch L) {
+#if defined(EMBER_WGMMA_DEVICE)
+  constexpr int kThreads = kWg * 128;
+  constexpr int kRows = kWg * 64;
+  constexpr uint32_t kTileBytes = kKeys * D * 2;
+  static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* s_q = aligned_smem(smem_raw);  // [D / 64][kRows][64]
+  uint8_t* s_kv = s_q + kRows * D * 2;    // [kStages][K, V][D / 64][kKeys][64]
+  const uint32_t kv_addr = smem_addr(s_kv);
+
+  pdl_wait();
+  pdl_launch_dependents();
+  AttnSpan sp;
+  if (!attn_span<false, kRows>(L, sp)) return;
+  const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
+  // Two 16-byte chunks per thread and row of a 64-key loader tile (kRun 2).
+  KvTileLoader<D * 2, kThreads, 2> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_tiles) issue_tile<D, kKeys>(ld, s_kv, st);
+    cp_async_commit();
+  }
+  load_q<T, D>(L, sp, s_q, kRows, 0, kRows, threadIdx.x, kThreads);  // while K/V tiles load
+  WgRows<T, D, kKeys, kSoftcap> w(L, sp, threadIdx.x / 128, kRows, smem_addr(s_q));
+
+  int stage = 0, issue_stage = kStages - 1;
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<kStages - 2>();
+    wg::fence_proxy_async();  // this thread's cp.async (and, at t = 0, Q) bytes -> wgmma
+    __syncthreads();          // tile t visible; every warpgroup done with tile t - 1
+    if (t + kStages - 1 < n_tiles) issue_tile<D, kKeys>(ld, s_kv, issue_stage);
+    cp_async_commit();
+    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
+    const uint32_t k_addr = kv_addr + stage * 2 * kTileBytes;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    const int key0 = sp.t_begin + t * kKeys;
+    if (w.sees(key0, L.a.window)) w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
+  }
+  store_prefill_rows<D>(L.a, sp.q0, blockIdx.y, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
 #endif
 }
 
-template <typename T, int D, int kWg, int kKeys, int kStages, bool kPipe>
+// Warp-specialized kernel: warpgroup 0 produces, warpgroups 1 .. kWg consume (64 rows each).
+// kStages ring stages, each with a "full" mbarrier (the producer's 128 threads arrive as their
+// copies land) and an "empty" one (the consumers' 128 * kWg threads arrive when done).
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap>
+__global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel(const Launch L) {
+#if defined(EMBER_WGMMA_DEVICE)
+  constexpr int kRows = kWg * 64;
+  constexpr uint32_t kTileBytes = kKeys * D * 2;
+  static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* s_q = aligned_smem(smem_raw);                 // [D / 64][kRows][64]
+  uint8_t* s_kv = s_q + kRows * D * 2;                   // [kStages][K, V][D / 64][kKeys][64]
+  const uint32_t kv_addr = smem_addr(s_kv);
+  const uint32_t full = kv_addr + kStages * 2 * kTileBytes;  // [kStages] mbarriers
+  const uint32_t empty = full + 8 * kStages;                 // [kStages]
+
+  pdl_wait();
+  pdl_launch_dependents();
+  AttnSpan sp;
+  if (!attn_span<false, kRows>(L, sp)) return;
+  const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      wg::mbar_init(full + 8 * s, 128);
+      wg::mbar_init(empty + 8 * s, kWg * 128);
+    }
+  }
+  __syncthreads();  // barriers initialized before anyone arrives
+  const int wgi = threadIdx.x / 128;
+  if (wgi == 0) {
+    wg::regs_dec<kProducerRegs>();
+    KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+    for (int t = 0; t < n_tiles; ++t) {
+      const int stage = t % kStages;
+      if (t >= kStages) wg::mbar_wait(empty + 8 * stage, (t / kStages - 1) & 1);
+      issue_tile<D, kKeys>(ld, s_kv, stage);
+      wg::mbar_arrive_cp_async(full + 8 * stage);
+    }
+    cp_async_wait<0>();
+  } else {
+    wg::regs_inc<kConsumerRegs>();
+    const int c = wgi - 1;  // consumer index: rows c * 64 .. + 63
+    const int tid = threadIdx.x - 128 * wgi;
+    load_q<T, D>(L, sp, s_q, kRows, c * 64, 64, tid, 128);
+    wg::fence_proxy_async();
+    wg::named_sync(1 + c, 128);  // the warpgroup's Q rows written
+    WgRows<T, D, kKeys, kSoftcap> w(L, sp, c, kRows, smem_addr(s_q));
+    for (int t = 0; t < n_tiles; ++t) {
+      const int stage = t % kStages;
+      // Waited for even when skipped: an early "empty" arrival could complete the stage's
+      // previous phase.
+      wg::mbar_wait(full + 8 * stage, (t / kStages) & 1);
+      const int key0 = sp.t_begin + t * kKeys;
+      if (w.sees(key0, L.a.window)) {
+        wg::fence_proxy_async();  // the producer's cp.async bytes, seen through the barrier -> wgmma
+        const uint32_t k_addr = kv_addr + stage * 2 * kTileBytes;
+        w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
+      }
+      wg::mbar_arrive(empty + 8 * stage);
+    }
+    store_prefill_rows<D>(L.a, sp.q0, blockIdx.y, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+  }
+#else
+  __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
+#endif
+}
+
+template <typename T, int D, int kKeys, int kStages, bool kWs>
 cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  auto plain = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, kPipe, false>;
-  auto capped = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, kPipe, true>;
+  constexpr int kWg = kWgmmaWarpgroups;
+  void (*plain)(Launch), (*capped)(Launch);
+  if constexpr (kWs) {
+    plain = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false>;
+    capped = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true>;
+  } else {
+    plain = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, false>;
+    capped = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, true>;
+  }
   const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D);
   static const cudaError_t attr[2] = {
       cudaFuncSetAttribute(plain, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
       cudaFuncSetAttribute(capped, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
   if (attr[0] != cudaSuccess) return attr[0];
   if (attr[1] != cudaSuccess) return attr[1];
-  return launch_kernel(L.a.softcap > 0.0f ? capped : plain, grid, dim3(kWg * 128), smem, stream, L.a.pdl, L);
+  return launch_kernel(L.a.softcap > 0.0f ? capped : plain, grid, dim3((kWg + (kWs ? 1 : 0)) * 128), smem, stream,
+                       L.a.pdl, L);
 }
 
-// Configurations: keys per tile 64 or 128, pipelined (3 stages; 4 at 64 keys) or not (2; 3).
+// Configurations: keys per tile 64 or 128; synced (2 stages at 128 keys, 3 at 64) or
+// warp-specialized (3 stages at 128 keys: 225 KiB; 6 at 64).
 template <typename T, int D>
-cudaError_t launch_wgmma_cfg(const Launch& L, int keys, bool pipe, dim3 grid, cudaStream_t stream) {
-  if (keys == 64) return pipe ? launch_wgmma<T, D, kWgmmaWarpgroups, 64, 4, true>(L, grid, stream)
-                              : launch_wgmma<T, D, kWgmmaWarpgroups, 64, 3, false>(L, grid, stream);
-  if (keys == 128) return pipe ? launch_wgmma<T, D, kWgmmaWarpgroups, 128, 3, true>(L, grid, stream)
-                               : launch_wgmma<T, D, kWgmmaWarpgroups, 128, 2, false>(L, grid, stream);
+cudaError_t launch_wgmma_cfg(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream) {
+  if (keys == 64) return ws ? launch_wgmma<T, D, 64, 6, true>(L, grid, stream) : launch_wgmma<T, D, 64, 3, false>(L, grid, stream);
+  if (keys == 128) return ws ? launch_wgmma<T, D, 128, 3, true>(L, grid, stream) : launch_wgmma<T, D, 128, 2, false>(L, grid, stream);
   return cudaErrorInvalidValue;
 }
 
 template <int D>
-cudaError_t launch_wgmma_dim(const Launch& L, int keys, bool pipe, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_wgmma_dim(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream) {
   switch (L.a.kv_type) {
-    case DType::BF16: return launch_wgmma_cfg<__nv_bfloat16, D>(L, keys, pipe, grid, stream);
-    case DType::F16: return launch_wgmma_cfg<__half, D>(L, keys, pipe, grid, stream);
+    case DType::BF16: return launch_wgmma_cfg<__nv_bfloat16, D>(L, keys, ws, grid, stream);
+    case DType::F16: return launch_wgmma_cfg<__half, D>(L, keys, ws, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-cudaError_t launch_prefill_wgmma(const Launch& L, int keys, bool pipe, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_prefill_wgmma(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream) {
   switch (L.a.head_dim) {
-    case 64: return launch_wgmma_dim<64>(L, keys, pipe, grid, stream);
-    case 128: return launch_wgmma_dim<128>(L, keys, pipe, grid, stream);
+    case 64: return launch_wgmma_dim<64>(L, keys, ws, grid, stream);
+    case 128: return launch_wgmma_dim<128>(L, keys, ws, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
