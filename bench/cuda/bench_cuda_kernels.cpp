@@ -416,22 +416,23 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     // tiles) where the device runs it.
     struct Variant {
       AttnKernel kind;
-      int warps, stages, keys, ws;
+      int warps, stages, keys, mode;
       const char* name;
     };
     const bool wgmma = wgmma_prefill_available(0);
     for (const Variant& v : {Variant{AttnKernel::Prefill, 0, 0, 0, 0, "mma.sync 8w"},
                              Variant{AttnKernel::Prefill, 4, 2, 0, 0, "mma.sync 4w"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 0, "wgmma synced 128-key tiles"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 1, "wgmma warp-specialized 128-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, -1, "wgmma synced 128-key tiles"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 0, "wgmma synced 64-key tiles"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 1, "wgmma warp-specialized 64-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, -1, "wgmma synced 64-key tiles"}}) {
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 2, "wgmma warp-specialized 3 consumers 64-key tiles"}}) {
       if (v.kind == AttnKernel::PrefillWgmma && !wgmma) continue;
       PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, bs);
       a.prefill_warps = v.warps;
       a.stages = v.stages;
       a.prefill_keys = v.keys;
-      a.prefill_ws = v.ws;
+      a.prefill_mode = v.mode;
       a.wgmma = wgmma;
       const double ms = time_graph(s, 5, 9, [&](int) {
         CK(launch_paged_attention(a, v.kind, nullptr, 0, sms, s));

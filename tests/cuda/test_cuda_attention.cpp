@@ -31,7 +31,7 @@ struct Run {
   int stages = 0;
   int warps = 0;
   int keys = 0;  // PrefillWgmma: keys per tile
-  int ws = 0;  // PrefillWgmma: 1 warp-specialized, -1 block-synced
+  int mode = -1;  // PrefillWgmma: PagedAttnArgs::prefill_mode
 };
 using RunList = std::vector<Run>;  // (inside a TEST body, Run names testing::Test::Run)
 
@@ -126,7 +126,7 @@ class AttnProblem {
       a.stages = r.stages;
       a.prefill_warps = r.warps;
       a.prefill_keys = r.keys;
-      a.prefill_ws = r.ws;
+      a.prefill_mode = r.mode;
       a.wgmma = cuda::wgmma_prefill_available(0);
       int sms = 0;
       EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -211,7 +211,7 @@ void check(const AttnCase& c, const std::vector<Run>& runs, uint32_t seed) {
   for (const auto& r : runs) {
     const double err = prob.run(r);
     EXPECT_LT(err, tolerance(c, r.kind)) << "kind " << r.kind << " splits " << r.splits << " stages "
-                                         << r.stages << " warps " << r.warps << " keys " << r.keys << " ws " << r.ws << " kv "
+                                         << r.stages << " warps " << r.warps << " keys " << r.keys << " mode " << r.mode << " kv "
                                          << dtype_name(c.kv) << " D " << c.head_dim;
   }
 }
@@ -257,8 +257,8 @@ TEST(CudaAttention, FallbackF32AndOddHeadDim) {
   }
 }
 
-// The wgmma prefill kernels (sm_90a, compute capability 9.0), warp-specialized and block-synced,
-// at both key-tile sizes: mixed
+// The wgmma prefill kernels (sm_90a, compute capability 9.0), block-synced and warp-specialized
+// (2 or 3 consumer warpgroups), at both key-tile sizes: mixed
 // batches whose decode rows it also takes, GQA 1 / 4 / 8, odd block sizes 7 and 33, window +
 // soft-cap, both head dims and 16-bit types, prompts longer than a 128-row tile and chunks
 // whose keys reach back past their first row. Auto (through the backend) picks it on such a
@@ -267,10 +267,11 @@ TEST(CudaAttention, WgmmaPrefill) {
   SKIP_WITHOUT_GPU();
   if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
   const RunList runs = {{kAuto},
+                        {kWgmma, 0, 0, 0, 64, 0},
+                        {kWgmma, 0, 0, 0, 128, 0},
                         {kWgmma, 0, 0, 0, 64, 1},
                         {kWgmma, 0, 0, 0, 128, 1},
-                        {kWgmma, 0, 0, 0, 64, -1},
-                        {kWgmma, 0, 0, 0, 128, -1},
+                        {kWgmma, 0, 0, 0, 64, 2},
                         {kPrefill}};
   check(AttnCase{8, 2, 128, 16, DType::BF16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 41);
   check(AttnCase{8, 2, 64, 16, DType::F16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {129, 700}}}, runs, 42);

@@ -460,10 +460,12 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   L.group = a.n_heads / a.n_kv_heads;
   if (kind == AttnKernel::PrefillWgmma) {
     if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
-    L.row_tiles = (a.max_new * L.group + 64 * kWgmmaWarpgroups - 1) / (64 * kWgmmaWarpgroups);
+    const int mode = a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
+    const int rows = wgmma_block_rows(mode);
+    L.row_tiles = (a.max_new * L.group + rows - 1) / rows;
     const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                     static_cast<unsigned>(a.n_launch_seqs));
-    return launch_prefill_wgmma(L, a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys, a.prefill_ws == 0 ? kDefaultWgmmaWs : a.prefill_ws > 0, grid, stream);
+    return launch_prefill_wgmma(L, a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys, mode, grid, stream);
   }
   if (kind == AttnKernel::Prefill) {
     const int warps = a.prefill_warps ? a.prefill_warps : kDefaultPrefillWarps;

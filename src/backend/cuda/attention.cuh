@@ -58,7 +58,9 @@ struct PagedAttnArgs {
   int stages = 0;
   int prefill_warps = 0;
   int prefill_keys = 0;  // PrefillWgmma: keys per tile, 64 or 128
-  int prefill_ws = 0;    // PrefillWgmma: 1 warp-specialized, -1 block-synced, 0 the default
+  // PrefillWgmma: 0 block-synced, 1 warp-specialized (2 consumer warpgroups), 2 the same with 3
+  // (64-key tiles); -1 the default.
+  int prefill_mode = -1;
   // The device runs the sm_90a kernels (wgmma_prefill_available()): Auto picks PrefillWgmma
   // for prefill where it takes the arguments.
   bool wgmma = false;

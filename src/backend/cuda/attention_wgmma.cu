@@ -75,12 +75,9 @@ struct WgRows {
     return live && key0 <= pos_max && !(window > 0 && key0 + kKeys - 1 <= pos_min - window);
   }
 
-  // S = Q K^T, softmax, O += P V over one key tile: K and V [kKeys][D] swizzled at k_addr /
-  // v_addr, Q with q_rows rows in its column blocks.
-  __device__ __forceinline__ void attend(uint32_t k_addr, uint32_t v_addr, int key0, int q_rows, const PagedAttnArgs& a) {
-    const int lane = threadIdx.x % 32;
-    float s[kNtS][4];
-    wg::fence();
+  // S = Q K^T issued (one commit group): K [kKeys][D] swizzled at k_addr, Q with q_rows rows
+  // in its column blocks.
+  __device__ __forceinline__ void issue_s(float (&s)[kNtS][4], uint32_t k_addr, int q_rows) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t col = (ks % 4) * 32;  // k offset inside the 128-byte row
@@ -89,24 +86,41 @@ struct WgRows {
       wg::mma_ss<T, kKeys>(s, da, db, ks > 0);
     }
     wg::commit();
-    wg::wait<0>();
-    wg::fence_operands(s);
-
-    scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
-    if (key0 + kKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
-    online_softmax<kNtS, kNtO, false>(s, o, m_a, m_b, l_a, l_b);
-
-    // O += P V   [64 x D]: P of 16 keys per MMA, V's rows kk * 16 .. + 15 read N-major.
-    uint32_t pa[kKeys / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
-    wg::fence();
+  }
+  // O += P V issued (one commit group), P from pa: V's rows kk * 16 .. + 15 read N-major.
+  __device__ __forceinline__ void issue_pv(const uint32_t (&pa)[kKeys / 16][4], uint32_t v_addr) {
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       const uint64_t db = wg::desc(v_addr + kk * 16 * wg::kSwizzleBytes, kKeys * wg::kSwizzleBytes, wg::kAtomBytes);
       wg::mma_rs_nmajor<T, D>(o, pa[kk], db);
     }
     wg::commit();
+  }
+  // Scores of the key tile from key0 -> probabilities; running state moved to it; c_a / c_b:
+  // the factors O must still be scaled by.
+  __device__ __forceinline__ void softmax(float (&s)[kNtS][4], int key0, const PagedAttnArgs& a, float& c_a,
+                                          float& c_b) {
+    scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
+    if (key0 + kKeys - 1 > warp_pos_min || a.window > 0)
+      mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, threadIdx.x % 32);
+    softmax_tile<kNtS>(s, m_a, m_b, l_a, l_b, c_a, c_b);
+  }
+
+  // S = Q K^T, softmax, O += P V over one key tile, each MMA group waited for.
+  __device__ __forceinline__ void attend(uint32_t k_addr, uint32_t v_addr, int key0, int q_rows, const PagedAttnArgs& a) {
+    float s[kNtS][4];
+    wg::fence();
+    issue_s(s, k_addr, q_rows);
+    wg::wait<0>();
+    wg::fence_operands(s);
+    float c_a, c_b;
+    softmax(s, key0, a, c_a, c_b);
+    rescale_rows<kNtO>(o, c_a, c_b);
+    uint32_t pa[kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
+    wg::fence();
+    issue_pv(pa, v_addr);
     wg::wait<0>();
     wg::fence_operands(o);
     wg::fence_operands(pa);
@@ -191,11 +205,15 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
 // Warp-specialized kernel: warpgroup 0 produces, warpgroups 1 .. kWg consume (64 rows each).
 // kStages ring stages, each with a "full" mbarrier (the producer's 128 threads arrive as their
 // copies land) and an "empty" one (the consumers' 128 * kWg threads arrive when done).
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+// Registers per thread after setmaxnreg: the producer needs few; the consumers take the rest
+// of the 64 Ki (in multiples of 8).
+constexpr int kProducerRegs = 40;
+constexpr int consumer_regs(int wgs) { return wgs == 2 ? 232 : 152; }
 template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap>
 __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel(const Launch L) {
 #if defined(EMBER_WGMMA_DEVICE)
   constexpr int kRows = kWg * 64;
+  static_assert(kWg * 128 * consumer_regs(kWg) + 128 * kProducerRegs <= 65536);
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
   extern __shared__ uint8_t smem_raw[];
@@ -229,7 +247,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     }
     cp_async_wait<0>();
   } else {
-    wg::regs_inc<kConsumerRegs>();
+    wg::regs_inc<consumer_regs(kWg)>();
     const int c = wgi - 1;  // consumer index: rows c * 64 .. + 63
     const int tid = threadIdx.x - 128 * wgi;
     load_q<T, D>(L, sp, s_q, kRows, c * 64, 64, tid, 128);
@@ -256,11 +274,13 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
 #endif
 }
 
-template <typename T, int D, int kKeys, int kStages, bool kWs>
+// kMode: 0 block-synced (2 warpgroups), 1 warp-specialized with 2 consumer warpgroups,
+// 2 warp-specialized with 3.
+template <typename T, int D, int kKeys, int kStages, int kMode>
 cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  constexpr int kWg = kWgmmaWarpgroups;
+  constexpr int kWg = kMode == 2 ? 3 : 2;
   void (*plain)(Launch), (*capped)(Launch);
-  if constexpr (kWs) {
+  if constexpr (kMode > 0) {
     plain = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false>;
     capped = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true>;
   } else {
@@ -273,34 +293,45 @@ cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
       cudaFuncSetAttribute(capped, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
   if (attr[0] != cudaSuccess) return attr[0];
   if (attr[1] != cudaSuccess) return attr[1];
-  return launch_kernel(L.a.softcap > 0.0f ? capped : plain, grid, dim3((kWg + (kWs ? 1 : 0)) * 128), smem, stream,
-                       L.a.pdl, L);
+  return launch_kernel(L.a.softcap > 0.0f ? capped : plain, grid, dim3((kWg + (kMode > 0 ? 1 : 0)) * 128), smem,
+                       stream, L.a.pdl, L);
 }
 
-// Configurations: keys per tile 64 or 128; synced (2 stages at 128 keys, 3 at 64) or
-// warp-specialized (3 stages at 128 keys: 225 KiB; 6 at 64).
+// Configurations: keys per tile 64 or 128; block-synced (2 stages at 128 keys, 3 at 64),
+// warp-specialized with 2 consumers (3 stages at 128 keys: 225 KiB; 6 at 64) or 3 (64 keys
+// only, 5 stages: S and O in 152 registers).
 template <typename T, int D>
-cudaError_t launch_wgmma_cfg(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream) {
-  if (keys == 64) return ws ? launch_wgmma<T, D, 64, 6, true>(L, grid, stream) : launch_wgmma<T, D, 64, 3, false>(L, grid, stream);
-  if (keys == 128) return ws ? launch_wgmma<T, D, 128, 3, true>(L, grid, stream) : launch_wgmma<T, D, 128, 2, false>(L, grid, stream);
+cudaError_t launch_wgmma_cfg(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
+  if (keys == 64) {
+    switch (mode) {
+      case 0: return launch_wgmma<T, D, 64, 3, 0>(L, grid, stream);
+      case 1: return launch_wgmma<T, D, 64, 6, 1>(L, grid, stream);
+      case 2: return launch_wgmma<T, D, 64, 5, 2>(L, grid, stream);
+    }
+  } else if (keys == 128) {
+    switch (mode) {
+      case 0: return launch_wgmma<T, D, 128, 2, 0>(L, grid, stream);
+      case 1: return launch_wgmma<T, D, 128, 3, 1>(L, grid, stream);
+    }
+  }
   return cudaErrorInvalidValue;
 }
 
 template <int D>
-cudaError_t launch_wgmma_dim(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_wgmma_dim(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
   switch (L.a.kv_type) {
-    case DType::BF16: return launch_wgmma_cfg<__nv_bfloat16, D>(L, keys, ws, grid, stream);
-    case DType::F16: return launch_wgmma_cfg<__half, D>(L, keys, ws, grid, stream);
+    case DType::BF16: return launch_wgmma_cfg<__nv_bfloat16, D>(L, keys, mode, grid, stream);
+    case DType::F16: return launch_wgmma_cfg<__half, D>(L, keys, mode, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-cudaError_t launch_prefill_wgmma(const Launch& L, int keys, bool ws, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_prefill_wgmma(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
   switch (L.a.head_dim) {
-    case 64: return launch_wgmma_dim<64>(L, keys, ws, grid, stream);
-    case 128: return launch_wgmma_dim<128>(L, keys, ws, grid, stream);
+    case 64: return launch_wgmma_dim<64>(L, keys, mode, grid, stream);
+    case 128: return launch_wgmma_dim<128>(L, keys, mode, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
