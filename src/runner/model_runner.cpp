@@ -115,8 +115,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   r->device_argmax_ = r->backend_->device() == Device::CPU && r->model_->config().final_logit_softcap <= 0.0f;
 #ifdef EMBER_HAVE_CUDA
   if (r->backend_->device() == Device::CUDA) {
-    if (o.kv_dtype == DType::I8)  // per-(slot, head) scales: CPU backend only
-      return Status::error("KV cache dtype int8 is not supported on CUDA (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
     r->cuda_ = cuda_step(*r->backend_);
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
     r->graphs_ = r->cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
@@ -380,7 +378,8 @@ Status ModelRunner::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& 
                             kv_.n_blocks - 1);
   }
   // A block of one layer is contiguous in each of K, V (and their scales): copy those, on the
-  // backend (a GPU copies in its stream, behind the step that wrote the source block).
+  // backend (a GPU copies in its stream, behind the step that wrote the source block; the
+  // scales are backend memory too, allocated with the cache).
   for (auto& layer : kv_.layers) {
     for (Tensor* t : {&layer.k, &layer.v}) {
       const size_t block_bytes = t->nbytes() / static_cast<size_t>(kv_.n_blocks);
@@ -393,7 +392,8 @@ Status ModelRunner::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& 
       if (s == nullptr) continue;
       const size_t per_block = static_cast<size_t>(kv_.block_size) * model_->config().n_kv_heads;
       for (auto [src, dst] : src_dst)
-        std::memcpy(s + per_block * static_cast<size_t>(dst), s + per_block * static_cast<size_t>(src), per_block * sizeof(float));
+        backend_->copy(s + per_block * static_cast<size_t>(dst), s + per_block * static_cast<size_t>(src),
+                       per_block * sizeof(float));
     }
   }
   return Status::ok();

@@ -88,6 +88,19 @@ inline std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
   return out;
 }
 
+// One (slot, head) row of n values in the CPU cache's INT8 format, restated from
+// backend/cpu/kv_store.cpp kv_write_head (test_cuda_kv_int8.cpp checks the two agree): scale =
+// max|x| / 127, q = lround(x * (1 / scale)), all zeros for a zero row. Returns the scale; the
+// stored value reads back as scale * q (kv_read_head).
+inline float quantize_i8_row(const float* x, int n, int8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const float s = amax / 127.0f;
+  const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::lround(x[i] * inv));
+  return s;
+}
+
 // ||got - ref|| / ||ref||, and a failure for any non-finite output.
 inline double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
   EXPECT_EQ(got.size(), ref.size());

@@ -66,9 +66,14 @@ class AttnProblem {
     q_ = random_floats(static_cast<size_t>(n_tokens_) * c.n_heads * c.head_dim, seed + 3, -4.0f, 4.0f);
     dk_ = dev_tensor(c.kv, {n_blocks_, c.block_size, c.n_kv, c.head_dim});
     dv_ = dev_tensor(c.kv, {n_blocks_, c.block_size, c.n_kv, c.head_dim});
-    const auto kb = encode(c.kv, k_), vb = encode(c.kv, v_);
-    backend()->upload(dk_.t.data, kb.data(), kb.size());
-    backend()->upload(dv_.t.data, vb.data(), vb.size());
+    if (c.kv == DType::I8) {
+      upload_i8(k_, dk_, dks_);
+      upload_i8(v_, dv_, dvs_);
+    } else {
+      const auto kb = encode(c.kv, k_), vb = encode(c.kv, v_);
+      backend()->upload(dk_.t.data, kb.data(), kb.size());
+      backend()->upload(dv_.t.data, vb.data(), vb.size());
+    }
     dq_ = dev_floats(q_, {n_tokens_, c.n_heads, c.head_dim});
     reference();
   }
@@ -77,7 +82,7 @@ class AttnProblem {
   double run(const Run& r) {
     const auto& c = c_;
     DevTensor out = dev_tensor(DType::F32, {n_tokens_, c.n_heads, c.head_dim});
-    KvLayer kv{dk_.t, dv_.t, nullptr, nullptr, c.block_size};
+    KvLayer kv{dk_.t, dv_.t, scales(dks_), scales(dvs_), c.block_size};
     AttentionParams p;
     p.n_heads = c.n_heads;
     p.n_kv_heads = c.n_kv;
@@ -105,6 +110,8 @@ class AttnProblem {
       a.k = dk_.t.data;
       a.v = dv_.t.data;
       a.kv_type = c.kv;
+      a.k_scales = scales(dks_);
+      a.v_scales = scales(dvs_);
       a.query_start = m;
       a.seq_lens = m + n_seqs + 1;
       a.block_tables = m + 2 * n_seqs + 1;
@@ -147,6 +154,23 @@ class AttnProblem {
   }
 
  private:
+  // An INT8 cache (AttnCase::kv I8): x's (slot, head) rows quantized by the CPU cache's rule
+  // (quantize_i8_row) into cache, their scales into scales; x becomes what the CPU reads back
+  // (scale * q), so the reference is over the stored values.
+  void upload_i8(std::vector<float>& x, DevTensor& cache, DevTensor& scales) {
+    const int D = c_.head_dim;
+    const size_t rows = x.size() / static_cast<size_t>(D);
+    std::vector<int8_t> q(x.size());
+    std::vector<float> s(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      s[r] = quantize_i8_row(x.data() + r * D, D, q.data() + r * D);
+      for (int i = 0; i < D; ++i) x[r * D + i] = s[r] * static_cast<float>(q[r * D + i]);
+    }
+    backend()->upload(cache.t.data, q.data(), q.size());
+    scales = dev_floats(s, {n_blocks_, c_.block_size, c_.n_kv});
+  }
+  static float* scales(const DevTensor& t) { return t.buf ? t.t.as<float>() : nullptr; }
+
   void reference() {
     const auto& c = c_;
     const int G = c.n_heads / c.n_kv, D = c.head_dim;
@@ -190,6 +214,7 @@ class AttnProblem {
   std::vector<double> ref_;
   std::vector<float> last_;
   DevTensor dk_, dv_, dq_;
+  DevTensor dks_, dvs_;  // I8 only: per-(slot, head) scales
 };
 
 constexpr int kAuto = -1;
@@ -282,6 +307,7 @@ TEST(CudaAttention, WgmmaPrefill) {
   check(AttnCase{32, 8, 128, 16, DType::BF16, {{512, 512}, {100, 1100}}}, runs, 47);
 }
 
+
 // FP8 K/V (e4m3, e5m2; unit scale as the CPU cache stores it without scales): every kernel on
 // mixed batches against the reference over the decoded FP8 values (what the CPU backend's
 // attention computes), odd block sizes, GQA 1/4/8, window + soft-cap, both head dims.
@@ -339,6 +365,34 @@ TEST(CudaAttention, Fp8KvErrorWithinFormat) {
     EXPECT_LT(err, kv == DType::FP8_E4M3 ? 0.05 : 0.1) << dtype_name(kv);
     EXPECT_GT(err, 1e-4) << dtype_name(kv) << ": suspiciously exact for an FP8 cache";
   }
+}
+
+// INT8 K/V with per-(slot, head) scales (the CPU cache's format, quantized by its rule): the
+// fallback kernel, the only one that reads it (Auto through the backend must pick it), against
+// the reference over the dequantized values, on mixed decode / speculative / prefill batches,
+// GQA 1 and 4, odd block sizes, window + soft-cap, head dims 64 / 128 / 96. Then the INT8 cache
+// against the unquantized one: the format's error (an absmax step of 1/127), not more.
+TEST(CudaAttention, Int8KvSimple) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_TRUE(cuda::cuda_kv_dtype_supported(DType::I8));
+  for (int d : {64, 96, 128}) {
+    EXPECT_FALSE(cuda::attention_mma_supported(DType::I8, d)) << d;
+    EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
+  }
+  const RunList runs = {{kAuto}, {kSimple}};
+  check(AttnCase{8, 2, 128, 16, DType::I8, {{1, 1}, {1, 17}, {3, 300}, {37, 37}, {150, 421}, {1, 1000}}}, runs, 51);
+  check(AttnCase{4, 4, 64, 7, DType::I8, {{1, 50}, {70, 70}, {2, 130}, {4, 333}}}, runs, 52);
+  check(AttnCase{8, 2, 128, 7, DType::I8, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}, 100, 30.0f}, runs, 53);
+  check(AttnCase{4, 4, 64, 13, DType::I8, {{1, 300}, {20, 200}, {90, 90}}, 50, 20.0f}, runs, 54);
+  check(AttnCase{6, 6, 96, 5, DType::I8, {{1, 100}, {20, 50}, {64, 64}}}, runs, 55);
+  check(AttnCase{12, 3, 96, 16, DType::I8, {{1, 100}, {20, 50}, {2, 77}}, 30, 30.0f}, runs, 56);
+  AttnCase c{8, 2, 128, 16, DType::I8, {{1, 900}, {5, 333}, {100, 257}}};
+  AttnCase exact = c;
+  exact.kv = DType::F32;
+  AttnProblem i8(c, 57), f32(exact, 57);  // same seed: same K/V/Q before quantizing
+  const double err = i8.error_against(f32);
+  EXPECT_LT(err, 0.02);
+  EXPECT_GT(err, 1e-4) << "suspiciously exact for an INT8 cache";
 }
 
 }  // namespace

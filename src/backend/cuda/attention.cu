@@ -405,7 +405,9 @@ void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* split
 }  // namespace
 
 bool cuda_kv_dtype_supported(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+  // I8 through the fallback attention kernel only (attention_mma_supported stays false for it).
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2 ||
+         t == DType::I8;
 }
 
 bool attention_mma_supported(DType kv_type, int head_dim) {

@@ -11,7 +11,8 @@
 //    warp, 64-key tiles streamed through shared-memory stages with cp.async.
 //  - PrefillWgmma: the same tiling on Hopper's warpgroup MMAs (sm_90a builds on compute
 //    capability 9.0; BF16 / F16 K/V, head_dim 64 / 128): 64 rows per warpgroup, 128-key tiles.
-//  - Simple: one warp per (token, head), any K/V dtype and head_dim <= 256; the fallback.
+//  - Simple: one warp per (token, head), any K/V dtype (INT8 with its per-(slot, head)
+//    scales) and head_dim <= 256; the fallback, and the only kernel for INT8 K/V.
 // The tensor-core kernels take BF16, F16, FP8_E4M3 or FP8_E5M2 K/V with head_dim 64 or 128.
 // FP8 K/V (unit scale, the CPU cache's encoding without scales) is copied to shared memory as
 // bytes. Decode has its own kernel that builds the MMA fragments straight from those bytes
@@ -35,6 +36,10 @@ struct PagedAttnArgs {
   const void* k = nullptr;   // [n_blocks, block_size, n_kv_heads, head_dim] kv_type
   const void* v = nullptr;
   DType kv_type = DType::BF16;
+  // I8 K/V: one float scale per (slot, kv head), [n_blocks, block_size, n_kv_heads] (KvLayer's
+  // k_scales / v_scales); required for I8, unused otherwise.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   // Device arrays.
   const int32_t* query_start = nullptr;   // [n_seqs + 1]
   const int32_t* seq_lens = nullptr;      // [n_seqs]
@@ -71,7 +76,8 @@ struct PagedAttnArgs {
   bool fill_gpu = false;
 };
 
-// K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales).
+// K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales; I8 only with its
+// per-(slot, head) scales, which the backend checks).
 bool cuda_kv_dtype_supported(DType kv_type);
 bool attention_mma_supported(DType kv_type, int head_dim);
 bool attention_simple_supported(DType kv_type, int head_dim);

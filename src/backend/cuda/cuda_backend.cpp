@@ -788,9 +788,15 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
   require(v, DType::F32, "kv_store v");
   EMBER_CHECK(kv.k.device == Device::CUDA && kv.v.device == Device::CUDA && kv.k.dtype == kv.v.dtype,
               "kv_store: cache must be CUDA tensors of one dtype");
-  EMBER_CHECK(cuda_kv_dtype_supported(kv.k.dtype) && !kv.k_scales && !kv.v_scales,
-              "kv_store: {} K/V cache{} not supported on CUDA (F32/F16/BF16/FP8_E4M3/FP8_E5M2 without scales)",
+  const bool i8 = kv.k.dtype == DType::I8;
+  EMBER_CHECK(cuda_kv_dtype_supported(kv.k.dtype) && (i8 || (!kv.k_scales && !kv.v_scales)),
+              "kv_store: {} K/V cache{} not supported on CUDA (F32/F16/BF16/FP8_E4M3/FP8_E5M2 without scales, "
+              "I8 with scales)",
               dtype_name(kv.k.dtype), kv.k_scales ? " with scales" : "");
+  // (in device memory, from alloc like the cache; not looked up per call: a pointer query
+  // costs microseconds and a model has two per layer)
+  EMBER_CHECK(!i8 || (kv.k_scales && kv.v_scales),
+              "kv_store: an I8 K/V cache needs per-(slot, head) k_scales and v_scales (device memory)");
   const int64_t n = k.dim(0);
   const int64_t row = kv.k.dim(2) * kv.k.dim(3);  // n_kv_heads * head_dim
   EMBER_CHECK(k.numel() == n * row && v.numel() == n * row, "kv_store: k {} v {} cache {}",
@@ -826,7 +832,17 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
     a.k_cache = kv.k.data;
     a.v_cache = kv.v.data;
     a.cache_type = kv.k.dtype;
+    a.k_scales = kv.k_scales;
+    a.v_scales = kv.v_scales;
     EMBER_CUDA_CHECK(launch_rope_kv_store(a, stream_, /*pdl=*/true));
+    return;
+  }
+  if (i8) {
+    EMBER_CUDA_CHECK(launch_kv_store2_i8(k.as<float>(), v.as<float>(), static_cast<const int32_t*>(r.dev),
+                                         static_cast<int>(n), static_cast<int>(kv.k.dim(2)),
+                                         static_cast<int>(kv.k.dim(3)), static_cast<int8_t*>(kv.k.data),
+                                         static_cast<int8_t*>(kv.v.data), kv.k_scales, kv.v_scales, stream_,
+                                         /*pdl=*/true));
     return;
   }
   EMBER_CUDA_CHECK(launch_kv_store2(k.as<float>(), v.as<float>(), static_cast<const int32_t*>(r.dev),
@@ -839,10 +855,15 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   flush();
   require(q, DType::F32, "attention q");
   require(out, DType::F32, "attention out");
-  EMBER_CHECK(kv.k.device == Device::CUDA && kv.k.dtype == kv.v.dtype && !kv.k_scales && !kv.v_scales &&
+  const bool i8 = kv.k.dtype == DType::I8;
+  EMBER_CHECK(kv.k.device == Device::CUDA && kv.k.dtype == kv.v.dtype && (i8 || (!kv.k_scales && !kv.v_scales)) &&
                   cuda_kv_dtype_supported(kv.k.dtype),
-              "attention: cache must be CUDA tensors of one dtype of F32/F16/BF16/FP8 (no scales), not {}",
-              dtype_name(kv.k.dtype));
+              "attention: cache must be CUDA tensors of one dtype of F32/F16/BF16/FP8 (no scales) or I8, not {}{}",
+              dtype_name(kv.k.dtype), kv.k_scales ? " with scales" : "");
+  // (in device memory, from alloc like the cache; not looked up per call: a pointer query
+  // costs microseconds and a model has two per layer)
+  EMBER_CHECK(!i8 || (kv.k_scales && kv.v_scales),
+              "attention: an I8 K/V cache needs per-(slot, head) k_scales and v_scales (device memory)");
   EMBER_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && kv.k.dim(2) == p.n_kv_heads &&
                   kv.k.dim(3) == p.head_dim && kv.k.dim(1) == kv.block_size,
               "attention: params do not match cache {}", shape_string(kv.k));
@@ -863,6 +884,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.k = kv.k.data;
   a.v = kv.v.data;
   a.kv_type = kv.k.dtype;
+  a.k_scales = kv.k_scales;  // (I8 only; the fallback kernel is the one that reads them)
+  a.v_scales = kv.v_scales;
   a.max_blocks_per_seq = batch.max_blocks_per_seq;
   a.block_size = kv.block_size;
   a.n_heads = p.n_heads;

@@ -22,6 +22,14 @@ cudaError_t launch_kv_store(const float* src, const int32_t* slots, int n, int64
 cudaError_t launch_kv_store2(const float* k, const float* v, const int32_t* slots, int n,
                              int64_t row, void* k_cache, void* v_cache, DType cache_type,
                              cudaStream_t stream, bool pdl = false);
+// The same for an INT8 cache (launch_kv_store2 refuses I8): each (slot, head) row of
+// head_dim values is stored as int8 with one float scale, scales [n_slots, n_kv_heads], by
+// the CPU cache's rule (backend/cpu/kv_store.cpp kv_write_head: scale = max|x| / 127,
+// q = round-half-away(x * (1 / scale)), 0 for an all-zero row), so both caches hold the same
+// bytes and scales. v / v_cache / v_scales may be null (K only).
+cudaError_t launch_kv_store2_i8(const float* k, const float* v, const int32_t* slots, int n,
+                                int n_kv_heads, int head_dim, int8_t* k_cache, int8_t* v_cache,
+                                float* k_scales, float* v_scales, cudaStream_t stream, bool pdl = false);
 
 // RoPE of one step's q and k (rotary_dim == head_dim) and the K/V cache store in one launch:
 // q [n, hq, head_dim] and k [n, hk, head_dim] are rotated in place; the rotated k and
@@ -42,6 +50,10 @@ struct RopeKvStoreArgs {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   DType cache_type = DType::BF16;
+  // I8 caches: the per-(slot, head) scales [n_slots, hk] (launch_kv_store2_i8's rule);
+  // required for I8, unused otherwise.
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
 };
 cudaError_t launch_rope_kv_store(const RopeKvStoreArgs& a, cudaStream_t stream, bool pdl = false);
 
