@@ -224,7 +224,10 @@ constexpr int kSimple = static_cast<int>(cuda::AttnKernel::Simple);
 constexpr int kWgmma = static_cast<int>(cuda::AttnKernel::PrefillWgmma);
 
 double tolerance(const AttnCase& c, int kind) {
-  const bool mma = kind != kSimple && cuda::attention_mma_supported(c.kv, c.head_dim);
+  // Tensor cores: the mma.sync kernels, or (head_dim 256) the wgmma one where the device runs it.
+  const bool mma = kind != kSimple && (cuda::attention_mma_supported(c.kv, c.head_dim) ||
+                                       (cuda::attention_wgmma_supported(c.kv, c.head_dim) &&
+                                        cuda::wgmma_prefill_available(0)));
   if (!mma) return 1e-5;                   // F32 math on the stored values
   // Q and P rounded to BF16 / F16 for the MMAs (FP8 K/V is widened to F16 exactly; the
   // reference reads the same FP8 values, as the CPU backend does).
@@ -307,6 +310,15 @@ TEST(CudaAttention, WgmmaPrefill) {
   check(AttnCase{32, 8, 128, 16, DType::BF16, {{512, 512}, {100, 1100}}}, runs, 47);
 }
 
+// head_dim 256 (Gemma): no mma.sync kernel; the block-synced wgmma kernel with 64-key tiles takes
+// every row count, decode rows included (Auto picks it through the backend).
+TEST(CudaAttention, WgmmaHeadDim256) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  const RunList runs = {{kAuto}, {kWgmma}, {kSimple}};
+  check(AttnCase{8, 2, 256, 16, DType::BF16, {{1, 1}, {1, 300}, {3, 40}, {150, 421}, {4, 1000}, {200, 200}}}, runs, 48);
+  check(AttnCase{4, 1, 256, 7, DType::F16, {{1, 77}, {70, 70}, {129, 500}}, 64, 50.0f}, runs, 49);
+}
 
 // FP8 K/V (e4m3, e5m2; unit scale as the CPU cache stores it without scales): every kernel on
 // mixed batches against the reference over the decoded FP8 values (what the CPU backend's

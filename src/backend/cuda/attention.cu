@@ -430,10 +430,12 @@ bool wgmma_prefill_available(int device) {
 }
 
 bool attention_wgmma_supported(DType kv_type, int head_dim) {
-  return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128);
+  return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
 AttnKernel attention_pick(const PagedAttnArgs& a) {
+  // head_dim 256 has no mma.sync kernel: the wgmma one takes decode rows too.
+  if (a.head_dim == 256 && a.wgmma && attention_wgmma_supported(a.kv_type, a.head_dim)) return AttnKernel::PrefillWgmma;
   if (!attention_mma_supported(a.kv_type, a.head_dim)) return AttnKernel::Simple;
   const int group = a.n_heads / a.n_kv_heads;
   if (a.max_new * group <= kDecodeRows) return AttnKernel::Decode;
@@ -456,19 +458,22 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
   if (kind == AttnKernel::Simple) return launch_paged_attention_simple(a, stream);
-  if (!attention_mma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
   Launch L;
   L.a = a;
   L.group = a.n_heads / a.n_kv_heads;
   if (kind == AttnKernel::PrefillWgmma) {
     if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
-    const int mode = a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
+    // head_dim 256: only the block-synced kernel with 64-key tiles (its O takes 128 registers).
+    const bool d256 = a.head_dim == 256;
+    const int mode = d256 ? 0 : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
+    const int keys = d256 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;
     const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
                     static_cast<unsigned>(a.n_launch_seqs));
-    return launch_prefill_wgmma(L, a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys, mode, grid, stream);
+    return launch_prefill_wgmma(L, keys, mode, grid, stream);
   }
+  if (!attention_mma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Prefill) {
     const int warps = a.prefill_warps ? a.prefill_warps : kDefaultPrefillWarps;
     const int stages = a.stages ? a.stages : kDefaultPrefillStages;

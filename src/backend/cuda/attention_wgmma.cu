@@ -332,6 +332,11 @@ cudaError_t launch_prefill_wgmma(const Launch& L, int keys, int mode, dim3 grid,
   switch (L.a.head_dim) {
     case 64: return launch_wgmma_dim<64>(L, keys, mode, grid, stream);
     case 128: return launch_wgmma_dim<128>(L, keys, mode, grid, stream);
+    case 256:  // block-synced, 64-key tiles, 2 stages (192 KiB)
+      if (mode != 0 || keys != 64) return cudaErrorInvalidValue;
+      if (L.a.kv_type == DType::BF16) return launch_wgmma<__nv_bfloat16, 256, 64, 2, 0>(L, grid, stream);
+      if (L.a.kv_type == DType::F16) return launch_wgmma<__half, 256, 64, 2, 0>(L, grid, stream);
+      return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
   }
 }

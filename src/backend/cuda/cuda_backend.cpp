@@ -934,7 +934,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     ac.max_new = max_new[c];
     ac.max_kv = max_kv[c];
     if (c == 0) ac.splits = decode_splits_;
-    const AttnKernel kind = !mma      ? AttnKernel::Simple
+    // head_dim 256 (no mma.sync kernel): the wgmma one for every row count where it runs.
+    const bool wgmma_all = a.wgmma && a.head_dim == 256 && attention_wgmma_supported(a.kv_type, a.head_dim);
+    const AttnKernel kind = wgmma_all ? AttnKernel::PrefillWgmma
+                            : !mma    ? AttnKernel::Simple
                             : c == 0  ? AttnKernel::Decode
                             : a.wgmma && attention_wgmma_supported(a.kv_type, a.head_dim) ? AttnKernel::PrefillWgmma
                                                                                           : AttnKernel::Prefill;
