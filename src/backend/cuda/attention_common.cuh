@@ -248,12 +248,13 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNtS][4], int key0, int p
 }
 
 // One tile's step of the online softmax for this lane's two rows (g and g + 8): running maxima
-// m and per-lane sums l move to this tile, scores s become probabilities, and c_a / c_b are the
-// factors the old O rows must be scaled by (exactly 1 where a maximum did not move). Returns
-// whether any of the two maxima moved.
+// m and per-lane sums l (log2 domain) move to this tile, scores s * scale (scale > 0: 1 when s
+// is scaled already, else folded into the exponent's FMA) become probabilities, and c_a / c_b
+// are the factors the old O rows must be scaled by (exactly 1 where a maximum did not move).
+// Returns whether any of the two maxima moved.
 template <int kNtS>
-__device__ __forceinline__ bool softmax_tile(float (&s)[kNtS][4], float& m_a, float& m_b, float& l_a, float& l_b,
-                                             float& c_a, float& c_b) {
+__device__ __forceinline__ bool softmax_tile(float (&s)[kNtS][4], float scale, float& m_a, float& m_b, float& l_a,
+                                             float& l_b, float& c_a, float& c_b) {
   float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
   for (int nt = 0; nt < kNtS; ++nt) {
@@ -265,7 +266,7 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[kNtS][4], float& m_a, fl
   mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
   mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
   mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-  const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+  const float mn_a = fmaxf(m_a, mx_a * scale), mn_b = fmaxf(m_b, mx_b * scale);
   // A row with every key masked so far keeps max -inf; subtract 0 then so exp2 gives 0,
   // not NaN.
   const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;
@@ -279,10 +280,10 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[kNtS][4], float& m_a, fl
   m_b = mn_b;
 #pragma unroll
   for (int nt = 0; nt < kNtS; ++nt) {
-    s[nt][0] = fast_exp2(s[nt][0] - base_a);
-    s[nt][1] = fast_exp2(s[nt][1] - base_a);
-    s[nt][2] = fast_exp2(s[nt][2] - base_b);
-    s[nt][3] = fast_exp2(s[nt][3] - base_b);
+    s[nt][0] = fast_exp2(fmaf(s[nt][0], scale, -base_a));
+    s[nt][1] = fast_exp2(fmaf(s[nt][1], scale, -base_a));
+    s[nt][2] = fast_exp2(fmaf(s[nt][2], scale, -base_b));
+    s[nt][3] = fast_exp2(fmaf(s[nt][3], scale, -base_b));
     l_a += s[nt][0] + s[nt][1];
     l_b += s[nt][2] + s[nt][3];
   }
@@ -308,7 +309,7 @@ template <int kNtS, int kNtO, bool kLazy>
 __device__ __forceinline__ void online_softmax(float (&s)[kNtS][4], float (&o)[kNtO][4], float& m_a, float& m_b,
                                                float& l_a, float& l_b) {
   float c_a, c_b;
-  const bool moved = softmax_tile<kNtS>(s, m_a, m_b, l_a, l_b, c_a, c_b);
+  const bool moved = softmax_tile<kNtS>(s, 1.0f, m_a, m_b, l_a, l_b, c_a, c_b);
   if (!kLazy || __any_sync(0xffffffffu, moved)) rescale_rows<kNtO>(o, c_a, c_b);
 }
 
