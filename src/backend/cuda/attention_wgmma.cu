@@ -7,7 +7,7 @@
 // name (wgmma.cuh). Two kernels:
 //  - synced: every warp loads and computes; one block barrier per tile;
 //  - warp-specialized: a producer warpgroup (few registers, setmaxnreg) streams the tiles and
-//    signals each stage's mbarrier as its copies land; the consumer warpgroups (more
+//    signals each stage's mbarrier once its copies have landed; the consumer warpgroups (more
 //    registers) wait on it and release the stage through a second mbarrier, so they never
 //    wait for each other and their MMAs and softmax interleave.
 // Why wgmma: the mma.sync kernel (attention.cu) is issue-bound at ~250 TFLOP/s; one wgmma does
@@ -206,8 +206,9 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
 }
 
 // Warp-specialized kernel: warpgroup 0 produces, warpgroups 1 .. kWg consume (64 rows each).
-// kStages ring stages, each with a "full" mbarrier (the producer's 128 threads arrive as their
-// copies land) and an "empty" one (the consumers' 128 * kWg threads arrive when done).
+// kStages ring stages, each with a "full" mbarrier (the producer's 128 threads arrive once
+// their copies have landed) and an "empty" one (the consumers' 128 * kWg threads arrive when
+// done).
 // Registers per thread after setmaxnreg: the producer needs few; the consumers take the rest
 // of the 64 Ki (in multiples of 8).
 constexpr int kProducerRegs = 40;
@@ -242,13 +243,26 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   if (wgi == 0) {
     wg::regs_dec<kProducerRegs>();
     KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+    // A tile is published once this thread's copies of it have landed, after the proxy fence
+    // that hands them to the async proxy (wgmma): the writer fences, so the consumers do not
+    // (a fence costs a MEMBAR.ALL.CTA a warp). Waiting on tile t - 1 only after issuing tile
+    // t keeps a tile in flight.
     for (int t = 0; t < n_tiles; ++t) {
       const int stage = t % kStages;
       if (t >= kStages) wg::mbar_wait(empty + 8 * stage, (t / kStages - 1) & 1);
       issue_tile<D, kKeys>(ld, s_kv, stage);
-      wg::mbar_arrive_cp_async(full + 8 * stage);
+      cp_async_commit();
+      if (t > 0) {
+        cp_async_wait<1>();
+        wg::fence_proxy_async();
+        wg::mbar_arrive(full + 8 * ((t - 1) % kStages));
+      }
     }
-    cp_async_wait<0>();
+    if (n_tiles > 0) {
+      cp_async_wait<0>();
+      wg::fence_proxy_async();
+      wg::mbar_arrive(full + 8 * ((n_tiles - 1) % kStages));
+    }
   } else {
     wg::regs_inc<consumer_regs(kWg)>();
     const int c = wgi - 1;  // consumer index: rows c * 64 .. + 63
@@ -264,7 +278,6 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
       wg::mbar_wait(full + 8 * stage, (t / kStages) & 1);
       const int key0 = sp.t_begin + t * kKeys;
       if (w.sees(key0, L.a.window)) {
-        wg::fence_proxy_async();  // the producer's cp.async bytes, seen through the barrier -> wgmma
         const uint32_t k_addr = kv_addr + stage * 2 * kTileBytes;
         w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
       }
