@@ -211,9 +211,22 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     }
     // Mask only tiles that reach past the warp's first row's position or start inside a
     // sliding window's edge.
-    scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
-    if (key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
-    online_softmax<kNtS, kNtO, false>(s, o, m_a, m_b, l_a, l_b);
+    if constexpr (kDecode) {
+      // Without soft-capping the scale goes into the exponent's FMA; O is rescaled only when a
+      // row maximum of the warp moved (H200, bf16 K/V, two calls against a third without it:
+      // b32 x 4096 keys 3916 / 3857 vs 3851 GB/s, b64 4342 / 4277 vs 4259; small but on every
+      // shape). The prefill kernel measured slower so (251 -> 229 TFLOP/s) and keeps the
+      // plain order.
+      if constexpr (kSoftcap) scale_scores<kNtS, true>(s, qk_scale, a.softcap, inv_cap);
+      if (key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
+      float c_a, c_b;
+      if (__any_sync(0xffffffffu, softmax_tile<kNtS>(s, kSoftcap ? 1.0f : qk_scale, m_a, m_b, l_a, l_b, c_a, c_b)))
+        rescale_rows<kNtO>(o, c_a, c_b);
+    } else {
+      scale_scores<kNtS, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
+      if (key0 + kWarpKeys - 1 > warp_pos_min || a.window > 0) mask_scores<kNtS>(s, key0, pos_a, pos_b, a.window, lane);
+      online_softmax<kNtS, kNtO, false>(s, o, m_a, m_b, l_a, l_b);
+    }
     // O += P V: the score C fragments of two n-tiles form one A fragment of P.
 #pragma unroll
     for (int kk = 0; kk < kNtS / 2; ++kk) {
