@@ -65,6 +65,8 @@ Result<KvStorage> Model::allocate_kv(int n_blocks, int block_size, DType kv_dtyp
       const size_t scale_bytes = sizeof(float) * static_cast<size_t>(n_blocks) * block_size * c.n_kv_heads;
       for (float** s : {&layer.k_scales, &layer.v_scales}) {
         auto buf = backend_.alloc(scale_bytes);
+        if (!buf || buf->data() == nullptr)
+          return Status::errorf("cannot allocate {} bytes of KV cache scales", scale_bytes);
         *s = static_cast<float*>(buf->data());
         kv.buffers.push_back(std::move(buf));
       }
