@@ -444,6 +444,23 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
       result("prefill-attn", "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " + v.name,
              flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
     }
+    // FP8 (e4m3) K/V: the mma.sync kernel widens in shared memory, the wgmma one in its producer.
+    if (KV == 8) {
+      PagedSetup ps8(1, n, n, KV, D, bs, s, DType::FP8_E4M3);
+      for (AttnKernel kind : {AttnKernel::Prefill, AttnKernel::PrefillWgmma}) {
+        if (kind == AttnKernel::PrefillWgmma && !wgmma) continue;
+        PagedAttnArgs a = ps8.args(q, out, n, n, H, KV, D, bs);
+        a.wgmma = wgmma;
+        const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
+        const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
+        char note[64];
+        std::snprintf(note, sizeof note, "%.3f ms", ms);
+        result("prefill-attn",
+               std::string("ember paged fp8_e4m3 causal 4096 h32/kv8 d128 ") +
+                   (kind == AttnKernel::Prefill ? "mma.sync 8w" : "wgmma warp-specialized 128-key tiles"),
+               flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+      }
+    }
     CK(cudaFree(q));
     CK(cudaFree(out));
   }

@@ -310,6 +310,21 @@ TEST(CudaAttention, WgmmaPrefill) {
   check(AttnCase{32, 8, 128, 16, DType::BF16, {{512, 512}, {100, 1100}}}, runs, 47);
 }
 
+// FP8 K/V (e4m3, e5m2) on the warp-specialized wgmma kernel, whose producer widens each landed
+// tile to F16 (exact) in the swizzled stage: both tile sizes, mixed batches, GQA 1 / 4 / 8,
+// odd block sizes, window + soft-cap, both head dims (Auto takes it through the backend).
+TEST(CudaAttention, WgmmaPrefillFp8Kv) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  const RunList runs = {{kAuto}, {kWgmma, 0, 0, 0, 64, 1}, {kWgmma, 0, 0, 0, 128, 1}, {kPrefill}};
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
+    check(AttnCase{8, 2, 128, 16, kv, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 51);
+    check(AttnCase{8, 2, 64, 7, kv, {{70, 70}, {150, 421}, {129, 700}}, 50, 30.0f}, runs, 52);
+    check(AttnCase{4, 4, 64, 16, kv, {{1, 50}, {70, 70}, {257, 257}}}, runs, 53);
+    check(AttnCase{16, 2, 128, 33, kv, {{2, 600}, {65, 65}, {300, 301}}}, runs, 54);
+  }
+}
+
 // head_dim 256 (Gemma): no mma.sync kernel; the block-synced wgmma kernel with 64-key tiles takes
 // every row count, decode rows included (Auto picks it through the backend).
 TEST(CudaAttention, WgmmaHeadDim256) {

@@ -443,6 +443,7 @@ bool wgmma_prefill_available(int device) {
 }
 
 bool attention_wgmma_supported(DType kv_type, int head_dim) {
+  if (kv_type == DType::FP8_E4M3 || kv_type == DType::FP8_E5M2) return head_dim == 64 || head_dim == 128;
   return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
@@ -476,9 +477,11 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   L.group = a.n_heads / a.n_kv_heads;
   if (kind == AttnKernel::PrefillWgmma) {
     if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
-    // head_dim 256: only the block-synced kernel with 64-key tiles (its O takes 128 registers).
+    // head_dim 256: only the block-synced kernel with 64-key tiles (its O takes 128 registers);
+    // FP8 K/V: only the warp-specialized kernel (its producer widens the tiles).
     const bool d256 = a.head_dim == 256;
     const int mode = d256 ? 0 : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
+    if (is_fp8(a.kv_type) && mode != 1) return cudaErrorInvalidValue;
     const int keys = d256 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;

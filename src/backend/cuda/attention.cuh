@@ -10,7 +10,8 @@
 //  - Prefill: FlashAttention-2-style tiled kernel, 128 (or 64) packed rows per block, 16 per
 //    warp, 64-key tiles streamed through shared-memory stages with cp.async.
 //  - PrefillWgmma: the same tiling on Hopper's warpgroup MMAs (sm_90a builds on compute
-//    capability 9.0; BF16 / F16 K/V, head_dim 64 / 128): 64 rows per warpgroup, 128-key tiles.
+//    capability 9.0; BF16 / F16 / FP8 K/V, head_dim 64 / 128, and 256 for 16-bit K/V, decode
+//    rows included): 64 rows per warpgroup, 128-key tiles, a producer warpgroup streaming them.
 //  - Simple: one warp per (token, head), any K/V dtype (INT8 with its per-(slot, head)
 //    scales) and head_dim <= 256; the fallback, and the only kernel for INT8 K/V.
 // The tensor-core kernels take BF16, F16, FP8_E4M3 or FP8_E5M2 K/V with head_dim 64 or 128.

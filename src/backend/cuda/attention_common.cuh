@@ -414,9 +414,9 @@ cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream
 
 // The wgmma prefill kernels (attention_wgmma.cu, sm_90a builds only): warpgroups of 64 packed
 // rows, keys 64 or 128 per tile; BF16 / F16 K/V, head_dim 64 / 128 (256: mode 0 with 64 keys
-// only); mode 0 block-synced (2 warpgroups), 1 warp-specialized (a producer warpgroup and 2
-// consumers), 2 the same with 3 consumers (64-key tiles only); cudaErrorInvalidValue for
-// anything else.
+// only), FP8 K/V (mode 1 only, widened by the producer); mode 0 block-synced (2 warpgroups),
+// 1 warp-specialized (a producer warpgroup and 2 consumers), 2 the same with 3 consumers
+// (64-key tiles only); cudaErrorInvalidValue for anything else.
 constexpr int kDefaultWgmmaKeys = 128;
 constexpr int kDefaultWgmmaMode = 1;
 constexpr int wgmma_block_rows(int mode) { return mode == 2 ? 192 : 128; }

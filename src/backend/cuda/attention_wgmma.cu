@@ -22,10 +22,11 @@ namespace ember::cuda::attn {
 namespace {
 
 // Shared memory: Q [consumer warpgroups * 64 rows][D], then kStages x (K, V) [kKeys][D], all
-// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers; +1 KiB to align the
-// base to the swizzle period.
-constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D) {
-  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + 16 * stages + wg::kAtomBytes;
+// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers, then (FP8 K/V) two raw
+// tiles [K, V][kKeys][D bytes]; +1 KiB to align the base to the swizzle period.
+constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D, bool fp8 = false) {
+  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + (fp8 ? 2 * 2 * keys * D : 0) + 16 * stages +
+         wg::kAtomBytes;
 }
 
 #if defined(EMBER_WGMMA_DEVICE)
@@ -145,6 +146,36 @@ __device__ __forceinline__ void issue_tile(Loader& ld, uint8_t* s_kv, int stage)
   }
 }
 
+// FP8 K/V: copies key tile t's bytes into raw buffer `raw` ([K, V][kKeys][D] bytes) through
+// loader ld (rows of D bytes), and widens this thread's own chunks of a landed raw buffer into
+// a 16-bit swizzled stage (each chunk is read back by the thread that copied it: no barrier).
+template <int D, int kKeys, typename Loader>
+__device__ __forceinline__ void issue_raw_tile(Loader& ld, uint8_t* raw) {
+#pragma unroll
+  for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
+    ld.load_ids();
+    ld.issue([&](int k0, int key, int c, int kv) { return raw + (kv * kKeys + sub * kTileKeys + k0 + key) * D + c * 16; });
+  }
+}
+template <int D, int kKeys, int kFp8, typename Loader>
+__device__ __forceinline__ void widen_tile(const Loader& ld, const uint8_t* raw, uint8_t* stage_kv) {
+  constexpr uint32_t kTileBytes = kKeys * D * 2;
+#pragma unroll
+  for (int sub = 0; sub < kKeys / kTileKeys; ++sub)
+#pragma unroll
+    for (int ps = 0; ps < Loader::kPasses; ++ps)
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        const int r = sub * kTileKeys + ps * Loader::kKeysPerPass + ld.key;
+        const uint4 b = *reinterpret_cast<const uint4*>(raw + (kv * kKeys + r) * D + ld.chunk * 16);
+        const uint2 h0 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.x), h1 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.y);
+        const uint2 h2 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.z), h3 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.w);
+        uint8_t* dst = stage_kv + kv * kTileBytes;
+        *reinterpret_cast<uint4*>(dst + wg::swizzled_offset(kKeys, r, 2 * ld.chunk)) = make_uint4(h0.x, h0.y, h1.x, h1.y);
+        *reinterpret_cast<uint4*>(dst + wg::swizzled_offset(kKeys, r, 2 * ld.chunk + 1)) = make_uint4(h2.x, h2.y, h3.x, h3.y);
+      }
+}
+
 // Q rows [row_lo, row_lo + n) of the block's q_rows: F32 -> T, swizzled; threads [0, threads).
 template <typename T, int D>
 __device__ __forceinline__ void load_q(const Launch& L, const AttnSpan& sp, uint8_t* s_q, int q_rows, int row_lo, int n,
@@ -211,13 +242,18 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
 // done).
 // Registers per thread after setmaxnreg: the producer needs few; the consumers take the rest
 // of the 64 Ki (in multiples of 8).
-constexpr int kProducerRegs = 40;
-constexpr int consumer_regs(int wgs) { return wgs == 2 ? 232 : 152; }
-template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap>
+// (FP8: the producer also widens the tiles and spilled at 40; 56 / 224.)
+constexpr int producer_regs(bool fp8) { return fp8 ? 56 : 40; }
+constexpr int consumer_regs(int wgs, bool fp8) { return wgs == 2 ? (fp8 ? 224 : 232) : 152; }
+// kFp8 (kKvE4M3 / kKvE5M2; T = __half): the producer copies fp8 bytes into two raw buffers and
+// widens each landed tile (exactly) into the 16-bit stage the consumers read.
+template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap, int kFp8 = kKvNative>
 __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel(const Launch L) {
 #if defined(EMBER_WGMMA_DEVICE)
   constexpr int kRows = kWg * 64;
-  static_assert(kWg * 128 * consumer_regs(kWg) + 128 * kProducerRegs <= 65536);
+  constexpr bool kIsFp8 = kFp8 != kKvNative;
+  constexpr int kProducerRegs = producer_regs(kIsFp8), kConsumerRegs = consumer_regs(kWg, kIsFp8);
+  static_assert(kWg * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
   extern __shared__ uint8_t smem_raw[];
@@ -240,7 +276,32 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   }
   __syncthreads();  // barriers initialized before anyone arrives
   const int wgi = threadIdx.x / 128;
-  if (wgi == 0) {
+  if (kIsFp8 && wgi == 0) {
+    wg::regs_dec<kProducerRegs>();
+    uint8_t* raw = s_kv + kStages * 2 * kTileBytes + 16 * kStages;  // [2][K, V][kKeys][D]
+    KvTileLoader<D, 128, 1> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+    // Tile t's bytes go out while tile t - 1 (landed) is widened into its stage, once the
+    // consumers have released that stage; then the fence hands the stage to wgmma.
+    auto publish = [&](int u) {
+      const int stage = u % kStages;
+      if (u >= kStages) wg::mbar_wait(empty + 8 * stage, (u / kStages - 1) & 1);
+      widen_tile<D, kKeys, kFp8>(ld, raw + (u & 1) * 2 * kKeys * D, s_kv + stage * 2 * kTileBytes);
+      wg::fence_proxy_async();
+      wg::mbar_arrive(full + 8 * stage);
+    };
+    for (int t = 0; t < n_tiles; ++t) {
+      issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D);
+      cp_async_commit();
+      if (t > 0) {
+        cp_async_wait<1>();
+        publish(t - 1);
+      }
+    }
+    if (n_tiles > 0) {
+      cp_async_wait<0>();
+      publish(n_tiles - 1);
+    }
+  } else if (wgi == 0) {
     wg::regs_dec<kProducerRegs>();
     KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
     // A tile is published once this thread's copies of it have landed, after the proxy fence
@@ -264,7 +325,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
       wg::mbar_arrive(full + 8 * ((n_tiles - 1) % kStages));
     }
   } else {
-    wg::regs_inc<consumer_regs(kWg)>();
+    wg::regs_inc<kConsumerRegs>();
     const int c = wgi - 1;  // consumer index: rows c * 64 .. + 63
     const int tid = threadIdx.x - 128 * wgi;
     load_q<T, D>(L, sp, s_q, kRows, c * 64, 64, tid, 128);
@@ -292,18 +353,19 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
 
 // kMode: 0 block-synced (2 warpgroups), 1 warp-specialized with 2 consumer warpgroups,
 // 2 warp-specialized with 3.
-template <typename T, int D, int kKeys, int kStages, int kMode>
+template <typename T, int D, int kKeys, int kStages, int kMode, int kFp8 = kKvNative>
 cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
   constexpr int kWg = kMode == 2 ? 3 : 2;
+  static_assert(kFp8 == kKvNative || kMode == 1);
   void (*plain)(Launch), (*capped)(Launch);
   if constexpr (kMode > 0) {
-    plain = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false>;
-    capped = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true>;
+    plain = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false, kFp8>;
+    capped = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true, kFp8>;
   } else {
     plain = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, false>;
     capped = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, true>;
   }
-  const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D);
+  const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D, kFp8 != kKvNative);
   static const cudaError_t attr[2] = {
       cudaFuncSetAttribute(plain, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
       cudaFuncSetAttribute(capped, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
@@ -333,11 +395,22 @@ cudaError_t launch_wgmma_cfg(const Launch& L, int keys, int mode, dim3 grid, cud
   return cudaErrorInvalidValue;
 }
 
+// FP8 K/V: warp-specialized only; 128-key tiles with 2 stages (+ 64 KiB raw), or 64 with 4.
+template <int D, int kFp8>
+cudaError_t launch_wgmma_fp8(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
+  if (mode != 1) return cudaErrorInvalidValue;
+  if (keys == 128) return launch_wgmma<__half, D, 128, 2, 1, kFp8>(L, grid, stream);
+  if (keys == 64) return launch_wgmma<__half, D, 64, 4, 1, kFp8>(L, grid, stream);
+  return cudaErrorInvalidValue;
+}
+
 template <int D>
 cudaError_t launch_wgmma_dim(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
   switch (L.a.kv_type) {
     case DType::BF16: return launch_wgmma_cfg<__nv_bfloat16, D>(L, keys, mode, grid, stream);
     case DType::F16: return launch_wgmma_cfg<__half, D>(L, keys, mode, grid, stream);
+    case DType::FP8_E4M3: return launch_wgmma_fp8<D, kKvE4M3>(L, keys, mode, grid, stream);
+    case DType::FP8_E5M2: return launch_wgmma_fp8<D, kKvE5M2>(L, keys, mode, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
