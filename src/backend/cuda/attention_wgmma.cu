@@ -51,7 +51,7 @@ struct WgRows {
   uint32_t qa_addr;   // its Q rows: the A operand of every S MMA
   float qk_scale, inv_cap;
 
-  __device__ __forceinline__ WgRows(const Launch& L, const AttnSpan& sp, int wgi, int q_rows, uint32_t q_addr) {
+  __device__ __forceinline__ WgRows(const Launch& L, const AttnSpan& sp, int wgi, uint32_t q_addr) {
     const int lane = threadIdx.x % 32, wwarp = (threadIdx.x / 32) % 4;
     const int G = L.group;
 #pragma unroll
@@ -67,7 +67,6 @@ struct WgRows {
     qa_addr = q_addr + wgi * 64 * wg::kSwizzleBytes;
     qk_scale = kSoftcap ? L.a.scale : L.a.scale * kLog2e;
     inv_cap = kSoftcap ? 1.0f / L.a.softcap : 0.0f;
-    (void)q_rows;
   }
 
   // Whether the key tile from key0 holds a key any row of the warpgroup sees (causal, window):
@@ -215,7 +214,7 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
     cp_async_commit();
   }
   load_q<T, D>(L, sp, s_q, kRows, 0, kRows, threadIdx.x, kThreads);  // while K/V tiles load
-  WgRows<T, D, kKeys, kSoftcap> w(L, sp, threadIdx.x / 128, kRows, smem_addr(s_q));
+  WgRows<T, D, kKeys, kSoftcap> w(L, sp, threadIdx.x / 128, smem_addr(s_q));
 
   int stage = 0, issue_stage = kStages - 1;
   for (int t = 0; t < n_tiles; ++t) {
@@ -331,7 +330,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     load_q<T, D>(L, sp, s_q, kRows, c * 64, 64, tid, 128);
     wg::fence_proxy_async();
     wg::named_sync(1 + c, 128);  // the warpgroup's Q rows written
-    WgRows<T, D, kKeys, kSoftcap> w(L, sp, c, kRows, smem_addr(s_q));
+    WgRows<T, D, kKeys, kSoftcap> w(L, sp, c, smem_addr(s_q));
     for (int t = 0; t < n_tiles; ++t) {
       const int stage = t % kStages;
       // Waited for even when skipped: an early "empty" arrival could complete the stage's
