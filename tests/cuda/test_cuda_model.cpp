@@ -527,6 +527,48 @@ TEST(CudaModel, QuantizedWeightsLargeShapes) {
   EXPECT_LE(quantized_vs_bf16(dir, "int8", 40, 4), 0.05);
 }
 
+// Logit distance of runner `a` from runner `b` over every row compared: the worst row's
+// relative error and the sum of squared differences.
+struct LogitDistance {
+  int a, b;
+  double worst = 0, sq = 0;
+};
+
+// Feeds every runner (each its own sequence of bpb blocks) `prompt` (all rows compared), then 8
+// greedy decode steps of the tokens runners[ref] picks, and accumulates each pair's distance;
+// returns the sum of runners[ref]'s squared logits over the same rows.
+double teacher_forced_distances(const std::vector<ModelRunner*>& runners, int bpb, const std::vector<int32_t>& prompt,
+                                size_t ref, std::vector<LogitDistance>& pairs) {
+  const int vocab = runners[ref]->vocab_size();
+  std::vector<Seqs> seqs(runners.size(), Seqs(16, bpb, 1));
+  std::vector<std::vector<float>> logits(runners.size());
+  double den = 0;
+  auto step = [&](const std::vector<std::vector<int32_t>>& tokens, bool all_rows) {
+    for (size_t i = 0; i < runners.size(); ++i) {
+      const Status st = seqs[i].step(*runners[i], tokens, all_rows, logits[i]);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      if (!st.is_ok()) return false;
+    }
+    const size_t rows = all_rows ? tokens[0].size() : 1;
+    for (size_t r = 0; r < rows; ++r) {
+      for (LogitDistance& d : pairs) {
+        const float *x = &logits[d.a][r * vocab], *y = &logits[d.b][r * vocab];
+        d.worst = std::max(d.worst, rel_error(x, y, vocab));
+        for (int i = 0; i < vocab; ++i) d.sq += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      }
+      const float* c = &logits[ref][r * vocab];
+      for (int i = 0; i < vocab; ++i) den += double(c[i]) * c[i];
+    }
+    return true;
+  };
+  if (!step({prompt}, true)) return den;
+  for (int j = 0; j < 8; ++j) {
+    const std::vector<float>& lc = logits[ref];
+    if (!step({{argmax(&lc[(lc.size() / vocab - 1) * vocab], vocab)}}, false)) break;
+  }
+  return den;
+}
+
 // FP8 K/V cache (e4m3, e5m2) on the GPU against the CPU backend with the same FP8 cache: prompt
 // rows and teacher-forced decode steps (graphs). The fixtures (head_dim 8) take the fallback
 // attention kernel, EMBER_CUDA_TEST_MODEL (8B shapes, head_dim 128) the tensor-core kernels. Both
@@ -545,36 +587,14 @@ TEST(CudaModel, Fp8KvMatchesCpuFp8Kv) {
       auto cpu = load_runner(path, "cpu", kv, Seqs::blocks_needed(bpb, 1));
       auto cpu32 = load_runner(path, "cpu", DType::F32, Seqs::blocks_needed(bpb, 1));
       ASSERT_TRUE(gpu && cpu && cpu32);
-      const int vocab = gpu->vocab_size();
       std::mt19937 rng(5);
-      std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+      std::uniform_int_distribution<int32_t> tok(0, gpu->vocab_size() - 1);
       std::vector<int32_t> prompt(big ? 300 : 40);
       for (auto& t : prompt) t = tok(rng);
-      Seqs sg(16, bpb, 1), sc(16, bpb, 1), s32(16, bpb, 1);
-      std::vector<float> lg, lc, l32;
-      double worst = 0, sq8 = 0, sq32 = 0, den = 0;
-      auto acc = [&](size_t rows) {
-        for (size_t r = 0; r < rows; ++r) {
-          const float *g = &lg[r * vocab], *c = &lc[r * vocab], *f = &l32[r * vocab];
-          worst = std::max(worst, rel_error(g, c, vocab));
-          for (int i = 0; i < vocab; ++i) {
-            sq8 += (double(g[i]) - c[i]) * (double(g[i]) - c[i]);
-            sq32 += (double(g[i]) - f[i]) * (double(g[i]) - f[i]);
-            den += double(c[i]) * c[i];
-          }
-        }
-      };
-      ASSERT_TRUE(sg.step(*gpu, {prompt}, true, lg).is_ok());
-      ASSERT_TRUE(sc.step(*cpu, {prompt}, true, lc).is_ok());
-      ASSERT_TRUE(s32.step(*cpu32, {prompt}, true, l32).is_ok());
-      acc(prompt.size());
-      for (int j = 0; j < 8; ++j) {
-        const std::vector<std::vector<int32_t>> next = {{argmax(&lc[(lc.size() / vocab - 1) * vocab], vocab)}};
-        ASSERT_TRUE(sg.step(*gpu, next, false, lg).is_ok());
-        ASSERT_TRUE(sc.step(*cpu, next, false, lc).is_ok());
-        ASSERT_TRUE(s32.step(*cpu32, next, false, l32).is_ok());
-        acc(1);
-      }
+      // GPU vs CPU with the same FP8 cache, GPU vs CPU with an F32 cache.
+      std::vector<LogitDistance> d = {{0, 1}, {0, 2}};
+      const double den = teacher_forced_distances({gpu.get(), cpu.get(), cpu32.get()}, bpb, prompt, 1, d);
+      const double worst = d[0].worst, sq8 = d[0].sq, sq32 = d[1].sq;
       const double e8 = std::sqrt(sq8 / den), e32 = std::sqrt(sq32 / den);
       std::fprintf(stderr, "%s %s: GPU fp8 vs CPU same fp8: max row %.2e, all rows %.2e; vs CPU f32 cache %.2e\n",
                   path.c_str(), std::string(dtype_name(kv)).c_str(), worst, e8, e32);
@@ -611,40 +631,14 @@ TEST(CudaModel, Int8KvMatchesCpuInt8Kv) {
     auto cpu = load_runner(path, "cpu", DType::I8, Seqs::blocks_needed(bpb, 1));
     auto cpu32 = load_runner(path, "cpu", DType::F32, Seqs::blocks_needed(bpb, 1));
     ASSERT_TRUE(gpu && gpu16 && cpu && cpu32);
-    const int vocab = gpu->vocab_size();
     std::mt19937 rng(7);
-    std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+    std::uniform_int_distribution<int32_t> tok(0, gpu->vocab_size() - 1);
     std::vector<int32_t> prompt(big ? 300 : 40);
     for (auto& t : prompt) t = tok(rng);
-    Seqs sg(16, bpb, 1), sg16(16, bpb, 1), sc(16, bpb, 1), s32(16, bpb, 1);
-    std::vector<float> lg, lg16, lc, l32;
-    double worst = 0, worst16 = 0, sq8 = 0, sq16 = 0, sq32 = 0, den = 0;
-    auto acc = [&](size_t rows) {
-      for (size_t r = 0; r < rows; ++r) {
-        const float *g = &lg[r * vocab], *g16 = &lg16[r * vocab], *c = &lc[r * vocab], *f = &l32[r * vocab];
-        worst = std::max(worst, rel_error(g, c, vocab));
-        worst16 = std::max(worst16, rel_error(g16, f, vocab));
-        for (int i = 0; i < vocab; ++i) {
-          sq8 += (double(g[i]) - c[i]) * (double(g[i]) - c[i]);
-          sq16 += (double(g16[i]) - f[i]) * (double(g16[i]) - f[i]);
-          sq32 += (double(g[i]) - f[i]) * (double(g[i]) - f[i]);
-          den += double(c[i]) * c[i];
-        }
-      }
-    };
-    ASSERT_TRUE(sg.step(*gpu, {prompt}, true, lg).is_ok());
-    ASSERT_TRUE(sg16.step(*gpu16, {prompt}, true, lg16).is_ok());
-    ASSERT_TRUE(sc.step(*cpu, {prompt}, true, lc).is_ok());
-    ASSERT_TRUE(s32.step(*cpu32, {prompt}, true, l32).is_ok());
-    acc(prompt.size());
-    for (int j = 0; j < 8; ++j) {
-      const std::vector<std::vector<int32_t>> next = {{argmax(&lc[(lc.size() / vocab - 1) * vocab], vocab)}};
-      ASSERT_TRUE(sg.step(*gpu, next, false, lg).is_ok());
-      ASSERT_TRUE(sg16.step(*gpu16, next, false, lg16).is_ok());
-      ASSERT_TRUE(sc.step(*cpu, next, false, lc).is_ok());
-      ASSERT_TRUE(s32.step(*cpu32, next, false, l32).is_ok());
-      acc(1);
-    }
+    // GPU int8 vs CPU int8, GPU bf16 cache vs CPU f32 cache, GPU int8 vs CPU f32 cache.
+    std::vector<LogitDistance> d = {{0, 2}, {1, 3}, {0, 3}};
+    const double den = teacher_forced_distances({gpu.get(), gpu16.get(), cpu.get(), cpu32.get()}, bpb, prompt, 2, d);
+    const double worst = d[0].worst, worst16 = d[1].worst, sq8 = d[0].sq, sq16 = d[1].sq, sq32 = d[2].sq;
     const double e8 = std::sqrt(sq8 / den), e16 = std::sqrt(sq16 / den), e32 = std::sqrt(sq32 / den);
     std::fprintf(stderr,
                  "%s int8: GPU int8 vs CPU int8: max row %.2e, all rows %.2e; GPU int8 vs CPU f32 cache %.2e; "

@@ -302,18 +302,10 @@ __global__ void attn_merge_kernel(const Launch L) {
 
 template <typename T, int D, bool kDecode, int kWarps, int kStages, int kFp8>
 cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  auto kernel = L.a.softcap > 0.0f ? paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>
-                                   : paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>;
   const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D, kFp8 != kKvNative);
-  // Once per kernel (never inside a graph capture).
-  static const cudaError_t attr[2] = {
-      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-      cudaFuncSetAttribute(paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
-  if (attr[0] != cudaSuccess) return attr[0];
-  if (attr[1] != cudaSuccess) return attr[1];
-  return launch_kernel(kernel, grid, dim3(kWarps * 32), smem, stream, L.a.pdl, L);
+  return launch_softcap_pair<paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>,
+                             paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>>(L, smem, grid,
+                                                                                               dim3(kWarps * 32), stream);
 }
 
 // Instantiated configurations (others measured slower on an H200; see docs/CUDA_NOTES.md):

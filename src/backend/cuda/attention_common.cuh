@@ -407,6 +407,20 @@ __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSp
   }
 }
 
+// Launches the soft-capped or the plain instantiation of a kernel, as L.a asks, with smem bytes
+// of dynamic shared memory, each kernel's limit raised once (at its first launch, which is never
+// inside a graph capture).
+template <void (*kPlain)(Launch), void (*kCapped)(Launch)>
+cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 block, cudaStream_t stream) {
+  static const cudaError_t attr = [smem] {
+    const cudaError_t e = cudaFuncSetAttribute(kPlain, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(kCapped, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  }();
+  if (attr != cudaSuccess) return attr;
+  return launch_kernel(L.a.softcap > 0.0f ? kCapped : kPlain, grid, block, smem, stream, L.a.pdl, L);
+}
+
 // The FP8 decode kernel's launch (attention_fp8.cu): D from L.a.head_dim (64 / 128), the cache
 // type from L.a.kv_type (FP8_E4M3 / FP8_E5M2), stages 2, 3, 4 or 6; cudaErrorInvalidValue for
 // anything else.

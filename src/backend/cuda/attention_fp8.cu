@@ -277,18 +277,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
 
 template <int D, int kStages, int kFp8>
 cudaError_t launch_fp8_decode_cfg(const Launch& L, dim3 grid, cudaStream_t stream) {
-  auto kernel = L.a.softcap > 0.0f ? paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>
-                                   : paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>;
-  constexpr size_t smem = fp8_decode_smem(kStages, D);
-  // Once per kernel (never inside a graph capture).
-  static const cudaError_t attr[2] = {
-      cudaFuncSetAttribute(paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-      cudaFuncSetAttribute(paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
-  if (attr[0] != cudaSuccess) return attr[0];
-  if (attr[1] != cudaSuccess) return attr[1];
-  return launch_kernel(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, L.a.pdl, L);
+  return launch_softcap_pair<paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>,
+                             paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>>(L, fp8_decode_smem(kStages, D), grid,
+                                                                                   dim3(kDecodeWarps * 32), stream);
 }
 
 template <int D, int kFp8>

@@ -356,22 +356,15 @@ template <typename T, int D, int kKeys, int kStages, int kMode, int kFp8 = kKvNa
 cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
   constexpr int kWg = kMode == 2 ? 3 : 2;
   static_assert(kFp8 == kKvNative || kMode == 1);
-  void (*plain)(Launch), (*capped)(Launch);
-  if constexpr (kMode > 0) {
-    plain = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false, kFp8>;
-    capped = paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true, kFp8>;
-  } else {
-    plain = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, false>;
-    capped = paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, true>;
-  }
   const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D, kFp8 != kKvNative);
-  static const cudaError_t attr[2] = {
-      cudaFuncSetAttribute(plain, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-      cudaFuncSetAttribute(capped, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))};
-  if (attr[0] != cudaSuccess) return attr[0];
-  if (attr[1] != cudaSuccess) return attr[1];
-  return launch_kernel(L.a.softcap > 0.0f ? capped : plain, grid, dim3((kWg + (kMode > 0 ? 1 : 0)) * 128), smem,
-                       stream, L.a.pdl, L);
+  const dim3 block((kWg + (kMode > 0 ? 1 : 0)) * 128);
+  if constexpr (kMode > 0)
+    return launch_softcap_pair<paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false, kFp8>,
+                               paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true, kFp8>>(L, smem, grid, block,
+                                                                                                  stream);
+  else
+    return launch_softcap_pair<paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, false>,
+                               paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, true>>(L, smem, grid, block, stream);
 }
 
 // Configurations: keys per tile 64 or 128; block-synced (2 stages at 128 keys, 3 at 64),

@@ -934,13 +934,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     ac.max_new = max_new[c];
     ac.max_kv = max_kv[c];
     if (c == 0) ac.splits = decode_splits_;
-    // head_dim 256 (no mma.sync kernel): the wgmma one for every row count where it runs.
-    const bool wgmma_all = a.wgmma && a.head_dim == 256 && attention_wgmma_supported(a.kv_type, a.head_dim);
-    const AttnKernel kind = wgmma_all ? AttnKernel::PrefillWgmma
-                            : !mma    ? AttnKernel::Simple
-                            : c == 0  ? AttnKernel::Decode
-                            : a.wgmma && attention_wgmma_supported(a.kv_type, a.head_dim) ? AttnKernel::PrefillWgmma
-                                                                                          : AttnKernel::Prefill;
+    // The groups split where attention_pick does (16 packed rows), so it picks per group.
+    const AttnKernel kind = attention_pick(ac);
     const size_t ws_bytes = attention_workspace_bytes(ac, kind, num_sms_);
     void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;
     EMBER_CUDA_CHECK(launch_paged_attention(ac, kind, ws, ws_bytes, num_sms_, stream_));
