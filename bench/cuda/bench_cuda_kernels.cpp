@@ -256,6 +256,7 @@ void fill_fp8_cache(void* cache, DType type, int64_t n_slots, int64_t row, uint6
 struct PagedSetup {
   void* k = nullptr;
   void* v = nullptr;
+  float* scales = nullptr;  // I8: K then V per-(slot, head) scales
   int32_t* meta = nullptr;  // query_start | seq_lens | block_tables | seq_ids
   int n_seqs = 0, max_blocks = 0;
   DType kv_type = DType::BF16;
@@ -267,16 +268,24 @@ struct PagedSetup {
     max_blocks = (seq_len + bs - 1) / bs;
     const int n_blocks = n_seqs * max_blocks;
     const int64_t elems = int64_t{n_blocks} * bs * n_kv * d;
-    const bool fp8 = kv_type == DType::FP8_E4M3 || kv_type == DType::FP8_E5M2;
-    kv_bytes = static_cast<size_t>(elems) * (fp8 ? 1 : 2);
+    const bool i8 = kv_type == DType::I8;
+    const bool fp8 = kv_type == DType::FP8_E4M3 || kv_type == DType::FP8_E5M2 || i8;
+    // (INT8: a key's K row also reads its 4-byte scale)
+    const size_t row_bytes = static_cast<size_t>(d) * (fp8 ? 1 : 2) + (i8 ? 4 : 0);
+    kv_bytes = static_cast<size_t>(n_blocks) * bs * n_kv * row_bytes;
     read_bytes = kv_bytes;
     if (!lens.empty()) {
       read_bytes = 0;
-      for (int len : lens) read_bytes += static_cast<size_t>(len) * n_kv * d * (fp8 ? 1 : 2);
+      for (int len : lens) read_bytes += static_cast<size_t>(len) * n_kv * row_bytes;
     }
     k = dmalloc(kv_bytes);
     v = dmalloc(kv_bytes);
-    if (fp8) {
+    if (i8) {  // random bytes as the int8 values, scales as of rows of absmax ~1
+      fill_fp8_cache(k, DType::FP8_E4M3, int64_t{n_blocks} * bs, int64_t{n_kv} * d, 21, s);
+      fill_fp8_cache(v, DType::FP8_E4M3, int64_t{n_blocks} * bs, int64_t{n_kv} * d, 22, s);
+      scales = static_cast<float*>(dmalloc(static_cast<size_t>(n_blocks) * bs * n_kv * 8));
+      CK(launch_fill_random(DType::F32, scales, int64_t{n_blocks} * bs * n_kv * 2, 23, 0.004f, 0.012f, s));
+    } else if (fp8) {
       fill_fp8_cache(k, kv_type, int64_t{n_blocks} * bs, int64_t{n_kv} * d, 21, s);
       fill_fp8_cache(v, kv_type, int64_t{n_blocks} * bs, int64_t{n_kv} * d, 22, s);
     } else {
@@ -298,6 +307,7 @@ struct PagedSetup {
   ~PagedSetup() {
     cudaFree(k);
     cudaFree(v);
+    cudaFree(scales);
     cudaFree(meta);
   }
   PagedAttnArgs args(const float* q, float* out, int n_new, int seq_len, int n_heads, int n_kv,
@@ -308,6 +318,10 @@ struct PagedSetup {
     a.k = k;
     a.v = v;
     a.kv_type = kv_type;
+    if (scales) {
+      a.k_scales = scales;
+      a.v_scales = scales + static_cast<size_t>(n_seqs) * max_blocks * bs * n_kv;
+    }
     a.query_start = meta;
     a.seq_lens = meta + n_seqs + 1;
     a.block_tables = meta + 2 * n_seqs + 1;
@@ -339,7 +353,7 @@ std::vector<DecodeCfg> decode_configs(DType kv, int batch) {
     if (batch == 64) return {{0, 0}, {0, 3}, {1, 2}, {1, 3}, {3, 2}};
     return {{0, 0}, {0, 2}};
   }
-  if (kv == DType::FP8_E5M2) return {{0, 0}};
+  if (kv == DType::FP8_E5M2 || kv == DType::I8) return {{0, 0}};
   std::vector<DecodeCfg> c = {{0, 0}, {0, 2}, {0, 3}, {0, 4}, {0, 6}};
   if (batch == 32) c.insert(c.end(), {{2, 0}, {3, 0}, {4, 0}});
   if (batch == 64) c.insert(c.end(), {{1, 0}, {2, 0}, {3, 0}});
@@ -367,7 +381,7 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
     auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(batch) * H * D * 4));
     auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(batch) * H * D * 4));
     CK(launch_fill_random(DType::F32, q, int64_t{batch} * H * D, 7, -2.0f, 2.0f, s));
-    for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2}) {
+    for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2, DType::I8}) {
       PagedSetup ps(batch, seq_len, 1, KV, D, bs, s, kv, lens);
       for (const auto& cfg : decode_configs(kv, batch)) {
         PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
@@ -398,6 +412,14 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
         char note[96];
         std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
         result("decode-attn", name, gbs, "GB/s", note);
+      }
+      if (kv == DType::I8) {  // the fallback kernel, INT8's only one before session 10
+        const PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
+        const double ms = time_graph(s, 10, 9, [&](int) { CK(launch_paged_attention(a, AttnKernel::Simple, nullptr, 0, sms, s)); });
+        const double gbs = 2.0 * ps.read_bytes / (ms * 1e-3) / 1e9;
+        char note[96];
+        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+        result("decode-attn", "ember paged i8 b" + std::to_string(batch) + " fallback (simple) kernel", gbs, "GB/s", note);
       }
     }
     CK(cudaFree(q));
@@ -460,6 +482,14 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
                    (kind == AttnKernel::Prefill ? "mma.sync 8w" : "wgmma warp-specialized 128-key tiles"),
                flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
       }
+      // INT8 K/V with scales: the mma.sync kernel widens (times the scale) in shared memory.
+      PagedSetup ps_i8(1, n, n, KV, D, bs, s, DType::I8);
+      PagedAttnArgs a = ps_i8.args(q, out, n, n, H, KV, D, bs);
+      const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, AttnKernel::Prefill, nullptr, 0, sms, s)); });
+      const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
+      char note[64];
+      std::snprintf(note, sizeof note, "%.3f ms", ms);
+      result("prefill-attn", "ember paged i8 causal 4096 h32/kv8 d128 mma.sync 8w", flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
     }
     CK(cudaFree(q));
     CK(cudaFree(out));

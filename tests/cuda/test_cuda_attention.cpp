@@ -22,6 +22,9 @@ struct AttnCase {
   std::vector<Seq> seqs;
   int window = 0;
   float softcap = 0.0f;
+  // > 0: each (slot, head) row of K and of V is multiplied by 10^u, u uniform in
+  // [-spread, spread] (rows of very different magnitudes: INT8 scales far apart).
+  float spread = 0.0f;
 };
 
 // -1: through Backend::attention (Auto); otherwise a forced kernel (and split count).
@@ -61,6 +64,13 @@ class AttnProblem {
     const int64_t cache_elems = int64_t{n_blocks_} * c.block_size * c.n_kv * c.head_dim;
     k_ = random_floats(cache_elems, seed + 1);
     v_ = random_floats(cache_elems, seed + 2);
+    if (c.spread > 0.0f) {
+      const auto u = random_floats(2 * cache_elems / c.head_dim, seed + 4, -c.spread, c.spread);
+      for (int64_t i = 0; i < cache_elems; ++i) {
+        k_[i] *= std::pow(10.0f, u[2 * (i / c.head_dim)]);
+        v_[i] *= std::pow(10.0f, u[2 * (i / c.head_dim) + 1]);
+      }
+    }
     for (auto& x : k_) x = round_to(c.kv, x);
     for (auto& x : v_) x = round_to(c.kv, x);
     q_ = random_floats(static_cast<size_t>(n_tokens_) * c.n_heads * c.head_dim, seed + 3, -4.0f, 4.0f);
@@ -394,25 +404,32 @@ TEST(CudaAttention, Fp8KvErrorWithinFormat) {
   }
 }
 
-// INT8 K/V with per-(slot, head) scales (the CPU cache's format, quantized by its rule): the
-// fallback kernel, the only one that reads it (Auto through the backend must pick it), against
-// the reference over the dequantized values, on mixed decode / speculative / prefill batches,
-// GQA 1 and 4, odd block sizes, window + soft-cap, head dims 64 / 128 / 96. Then the INT8 cache
-// against the unquantized one: the format's error (an absmax step of 1/127), not more.
-TEST(CudaAttention, Int8KvSimple) {
+// INT8 K/V with per-(slot, head) scales (the CPU cache's format, quantized by its rule) on every
+// kernel that reads it: the one-byte decode kernel (integers in the MMAs; K scales on the
+// scores, V scales on P against a growing per-warp reference) at each stage count and split,
+// the mma.sync prefill (tiles widened to F16 times their scales) and the fallback, against the
+// reference over the dequantized values: mixed decode / speculative / prefill batches, GQA 1,
+// 2, 4 and 8, odd block sizes, window + soft-cap, and rows whose magnitudes (so scales) span
+// 10^4 or 10^6. head_dim 96 has only the fallback. Then the INT8 cache against the unquantized
+// one: the format's error (an absmax step of 1/127), not more.
+TEST(CudaAttention, Int8KvAllKernels) {
   SKIP_WITHOUT_GPU();
   EXPECT_TRUE(cuda::cuda_kv_dtype_supported(DType::I8));
-  for (int d : {64, 96, 128}) {
-    EXPECT_FALSE(cuda::attention_mma_supported(DType::I8, d)) << d;
-    EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
-  }
-  const RunList runs = {{kAuto}, {kSimple}};
-  check(AttnCase{8, 2, 128, 16, DType::I8, {{1, 1}, {1, 17}, {3, 300}, {37, 37}, {150, 421}, {1, 1000}}}, runs, 51);
-  check(AttnCase{4, 4, 64, 7, DType::I8, {{1, 50}, {70, 70}, {2, 130}, {4, 333}}}, runs, 52);
-  check(AttnCase{8, 2, 128, 7, DType::I8, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}, 100, 30.0f}, runs, 53);
-  check(AttnCase{4, 4, 64, 13, DType::I8, {{1, 300}, {20, 200}, {90, 90}}, 50, 20.0f}, runs, 54);
-  check(AttnCase{6, 6, 96, 5, DType::I8, {{1, 100}, {20, 50}, {64, 64}}}, runs, 55);
-  check(AttnCase{12, 3, 96, 16, DType::I8, {{1, 100}, {20, 50}, {2, 77}}, 30, 30.0f}, runs, 56);
+  for (int d : {64, 128}) EXPECT_TRUE(cuda::attention_mma_supported(DType::I8, d)) << d;
+  for (int d : {64, 96, 128, 256}) EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
+  EXPECT_FALSE(cuda::attention_mma_supported(DType::I8, 96));
+  const RunList all = {{kAuto},         {kSimple},      {kDecode},         {kDecode, 1},      {kDecode, 3},
+                       {kDecode, 0, 2}, {kDecode, 0, 4}, {kDecode, 5, 6},  {kPrefill},        {kPrefill, 0, 2, 4}};
+  check(AttnCase{8, 2, 128, 16, DType::I8, {{1, 1}, {1, 17}, {3, 300}, {37, 37}, {150, 421}, {1, 1000}}}, all, 51);
+  check(AttnCase{4, 4, 64, 7, DType::I8, {{1, 50}, {70, 70}, {2, 130}, {4, 333}}}, all, 52);
+  check(AttnCase{8, 2, 128, 7, DType::I8, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}}, 100, 30.0f}, all, 53);
+  check(AttnCase{4, 4, 64, 13, DType::I8, {{1, 300}, {20, 200}, {90, 90}}, 50, 20.0f}, all, 54);
+  check(AttnCase{32, 8, 128, 16, DType::I8, {{1, 1}, {1, 63}, {1, 65}, {1, 1100}, {2, 700}, {4, 2049}}},
+        {{kAuto}, {kDecode, 0, 2}, {kDecode, 0, 3}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 7, 6}}, 58);
+  check(AttnCase{16, 2, 128, 32, DType::I8, {{2, 600}, {1, 33}, {65, 65}, {300, 301}}, 0, 0.0f, 2.0f}, all, 59);
+  check(AttnCase{8, 1, 64, 16, DType::I8, {{1, 200}, {1, 4000}, {40, 90}}, 256, 0.0f, 3.0f}, all, 60);
+  check(AttnCase{6, 6, 96, 5, DType::I8, {{1, 100}, {20, 50}, {64, 64}}}, {{kAuto}, {kSimple}}, 55);
+  check(AttnCase{12, 3, 96, 16, DType::I8, {{1, 100}, {20, 50}, {2, 77}}, 30, 30.0f}, {{kAuto}, {kSimple}}, 56);
   AttnCase c{8, 2, 128, 16, DType::I8, {{1, 900}, {5, 333}, {100, 257}}};
   AttnCase exact = c;
   exact.kv = DType::F32;

@@ -13,16 +13,31 @@ namespace {
 using namespace attn;
 
 // Shared memory of one paged_attn_mma_kernel block: 16-bit tiles (Q, and kStages K/V stages;
-// FP8 prefill: 2 K/V slots with Q over the second, plus kStages stages of the raw FP8 tiles).
-size_t smem_bytes(int rows, int stages, int D, bool fp8) {
-  if (fp8) return static_cast<size_t>(2 * 2 * kTileKeys) * D * 2 + static_cast<size_t>(2 * stages * kTileKeys) * D;
+// one-byte prefill: 2 K/V slots with Q over the second, plus kStages stages of the raw tiles;
+// INT8 then also each thread's copies of its keys' K and V scales, scale_bytes a stage).
+size_t smem_bytes(int rows, int stages, int D, bool one_byte, size_t scale_bytes = 0) {
+  if (one_byte)
+    return static_cast<size_t>(2 * 2 * kTileKeys) * D * 2 + static_cast<size_t>(2 * stages * kTileKeys) * D +
+           stages * scale_bytes;
   return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
+}
+
+// INT8 -> F16: the integers of a word's bytes (exact), times scale, rounded once.
+__device__ __forceinline__ uint2 i8x4_scaled_f16x4(uint32_t w, float scale) {
+  uint32_t h[2] = {i8x2_to_f16x2<0x4140>(w), i8x2_to_f16x2<0x4342>(w)};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
+    h[i] = pack2<__half>(f.x * scale, f.y * scale);
+  }
+  return make_uint2(h[0], h[1]);
 }
 
 // kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
 // kSoftcap: logit soft-capping compiled in (tanh per score) or out. kFp8: the cache holds
-// e4m3 / e5m2 bytes (T is then __half) instead of T; prefill only (FP8 decode has its own
-// kernel, attention_fp8.cu), widened to F16 in shared memory.
+// e4m3 / e5m2 / int8 bytes (T is then __half) instead of T; prefill only (one-byte decode has
+// its own kernel, attention_fp8.cu), widened to F16 in shared memory (int8 times its
+// per-(slot, head) scale, which the thread that copies a chunk also copies for itself).
 // The tile loader here is the lambdas below, not KvTileLoader: with the struct, ptxas picks
 // 168 registers and a spill for the 16-bit decode kernel (198 without), measured 1-5% slower.
 template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8>
@@ -43,6 +58,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   static_assert(kTileKeys % kKeysPerPass == 0 && kCh >= 8 && kStages >= 2);
   static_assert(!kDecode || kWarps == kDecodeWarps);
   static_assert(!kIsFp8 || (!kDecode && std::is_same_v<T, __half> && kRows <= 2 * kTileKeys));
+  constexpr bool kI8 = kFp8 == kKvI8;
 
   const PagedAttnArgs& a = L.a;
   extern __shared__ uint4 smem[];
@@ -54,6 +70,11 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   uint4* s_k = kIsFp8 ? smem : s_q + kRows * kCh;
   uint4* s_v = s_k + kStages * kTileKeys * kCh;  // (not used with FP8)
   uint4* s_raw = smem + 4 * kTileKeys * kCh;     // FP8 only
+  // INT8: [kStages][kThreads][kPasses][K, V] scales, each written and read by one thread.
+  float* s_psc = reinterpret_cast<float*>(s_raw + 2 * kStages * kTileKeys * kLCh);
+  auto psc = [&](int stage, int ps, int kv) -> float* {
+    return s_psc + ((stage * kThreads + static_cast<int>(threadIdx.x)) * kPasses + ps) * 2 + kv;
+  };
 
   pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
   pdl_launch_dependents();
@@ -114,6 +135,11 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         uint4* r = s_raw + (stage * 2 * kTileKeys + kt) * kLCh + my_c;
         cp_async_16(r, k_base + slot * slot_stride, valid);
         cp_async_16(r + kTileKeys * kLCh, v_base + slot * slot_stride, valid);
+        if constexpr (kI8) {
+          const size_t si = slot * a.n_kv_heads + kh;
+          cp_async_4(psc(stage, ps, 0), a.k_scales + si, valid);
+          cp_async_4(psc(stage, ps, 1), a.v_scales + si, valid);
+        }
       } else {
         const int o = stage * kTileKeys * kCh + swz<D>(kt, my_c);
         cp_async_16(s_k + o, k_base + slot * slot_stride, valid);
@@ -130,8 +156,15 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
 #pragma unroll
       for (int kv = 0; kv < 2; ++kv) {
         const uint4 r = s_raw[((stage * 2 + kv) * kTileKeys + kt) * kLCh + my_c];
-        const uint2 h0 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.x), h1 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.y);
-        const uint2 h2 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.z), h3 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.w);
+        uint2 h0, h1, h2, h3;
+        if constexpr (kI8) {
+          const float sc = *psc(stage, ps, kv);
+          h0 = i8x4_scaled_f16x4(r.x, sc), h1 = i8x4_scaled_f16x4(r.y, sc);
+          h2 = i8x4_scaled_f16x4(r.z, sc), h3 = i8x4_scaled_f16x4(r.w, sc);
+        } else {
+          h0 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.x), h1 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.y);
+          h2 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.z), h3 = fp8x4_to_half4<kFp8 == kKvE4M3>(r.w);
+        }
         uint4* dst = smem + (slot * 2 + kv) * kTileKeys * kCh;
         dst[swz<D>(kt, 2 * my_c)] = make_uint4(h0.x, h0.y, h1.x, h1.y);
         dst[swz<D>(kt, 2 * my_c + 1)] = make_uint4(h2.x, h2.y, h3.x, h3.y);
@@ -302,7 +335,9 @@ __global__ void attn_merge_kernel(const Launch L) {
 
 template <typename T, int D, bool kDecode, int kWarps, int kStages, int kFp8>
 cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D, kFp8 != kKvNative);
+  // INT8 scales: 2 floats per key a thread copies (kPasses = 16 * kTileKeys / (D * kWarps * 32)).
+  const size_t scale_bytes = kFp8 == kKvI8 ? size_t{kTileKeys} * (D / 16) * 2 * sizeof(float) : 0;
+  const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D, kFp8 != kKvNative, scale_bytes);
   return launch_softcap_pair<paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>,
                              paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>>(L, smem, grid,
                                                                                                dim3(kWarps * 32), stream);
@@ -338,6 +373,7 @@ cudaError_t launch_mma_dim(const Launch& L, bool decode, int warps, int stages, 
     case DType::F16: return launch_mma_cfg<__half, D, kKvNative>(L, decode, warps, stages, grid, stream);
     case DType::FP8_E4M3: return launch_mma_cfg<__half, D, kKvE4M3>(L, decode, warps, stages, grid, stream);
     case DType::FP8_E5M2: return launch_mma_cfg<__half, D, kKvE5M2>(L, decode, warps, stages, grid, stream);
+    case DType::I8: return launch_mma_cfg<__half, D, kKvI8>(L, decode, warps, stages, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -352,12 +388,15 @@ cudaError_t launch_mma_any(const Launch& L, bool decode, int warps, int stages, 
 }
 
 bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+// One-byte caches (FP8 or INT8): the decode kernel of attention_fp8.cu and its planning.
+bool is_byte_kv(DType t) { return is_fp8(t) || t == DType::I8; }
 
 // Decode blocks one SM holds: two of the 16-bit kernel (registers and shared memory at 3
-// stages), the FP8 kernel's by its shared memory.
+// stages), the one-byte kernel's by its shared memory.
 int decode_blocks_per_sm(const PagedAttnArgs& a, int stages) {
-  if (!is_fp8(a.kv_type)) return 2;
-  return a.head_dim == 64 ? fp8_decode_blocks_per_sm(stages, 64) : fp8_decode_blocks_per_sm(stages, 128);
+  if (!is_byte_kv(a.kv_type)) return 2;
+  const bool i8 = a.kv_type == DType::I8;
+  return a.head_dim == 64 ? fp8_decode_blocks_per_sm(stages, 64, i8) : fp8_decode_blocks_per_sm(stages, 128, i8);
 }
 
 // Split count for decode: about one wave of the resident blocks (measured on an H200 with
@@ -382,7 +421,7 @@ void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_ti
     max_splits = std::max(max_splits, std::min(n_tiles, (num_sms + base - 1) / base));
   // FP8: about 1.5 waves of its resident blocks measured best (b32 x 4096 keys, 3 blocks per
   // SM: 3 splits 3077 GB/s, 2 splits 2785, where 1.3 waves leave a long, thin second one).
-  const int slots = num_sms * decode_blocks_per_sm(a, stages) * (is_fp8(a.kv_type) ? 3 : 2) / 2;
+  const int slots = num_sms * decode_blocks_per_sm(a, stages) * (is_byte_kv(a.kv_type) ? 3 : 2) / 2;
   int s = a.splits > 0 ? a.splits : (slots + base - 1) / base;
   s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
   const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
@@ -398,7 +437,7 @@ void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_ti
 // longest sequence), and blocks of sequences half as long run better on 4 stages.
 int decode_stages(const PagedAttnArgs& a) {
   if (a.stages) return a.stages;
-  if (!is_fp8(a.kv_type)) return kDefaultDecodeStages;
+  if (!is_byte_kv(a.kv_type)) return kDefaultDecodeStages;
   return a.max_kv >= kLongFp8Keys ? kLongFp8DecodeStages : kDefaultFp8DecodeStages;
 }
 
@@ -410,14 +449,13 @@ void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* split
 }  // namespace
 
 bool cuda_kv_dtype_supported(DType t) {
-  // I8 through the fallback attention kernel only (attention_mma_supported stays false for it).
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2 ||
          t == DType::I8;
 }
 
 bool attention_mma_supported(DType kv_type, int head_dim) {
   return (kv_type == DType::BF16 || kv_type == DType::F16 || kv_type == DType::FP8_E4M3 ||
-          kv_type == DType::FP8_E5M2) &&
+          kv_type == DType::FP8_E5M2 || kv_type == DType::I8) &&
          (head_dim == 64 || head_dim == 128);
 }
 

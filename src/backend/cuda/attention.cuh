@@ -13,13 +13,15 @@
 //    capability 9.0; BF16 / F16 / FP8 K/V, head_dim 64 / 128, and 256 for 16-bit K/V, decode
 //    rows included): 64 rows per warpgroup, 128-key tiles, a producer warpgroup streaming them.
 //  - Simple: one warp per (token, head), any K/V dtype (INT8 with its per-(slot, head)
-//    scales) and head_dim <= 256; the fallback, and the only kernel for INT8 K/V.
-// The tensor-core kernels take BF16, F16, FP8_E4M3 or FP8_E5M2 K/V with head_dim 64 or 128.
-// FP8 K/V (unit scale, the CPU cache's encoding without scales) is copied to shared memory as
-// bytes. Decode has its own kernel that builds the MMA fragments straight from those bytes
-// (fp8 -> F16 is exact; head dims and output columns permuted so that one shared-memory load
-// serves several fragments); prefill widens each thread's own chunks to F16 in a second,
-// two-slot tile buffer before the block's barrier. Q and P are rounded to F16 for the MMAs.
+//    scales) and head_dim <= 256; the fallback.
+// The mma.sync kernels take BF16, F16, FP8_E4M3, FP8_E5M2 or I8 K/V with head_dim 64 or 128.
+// One-byte K/V (FP8 with unit scale, the CPU cache's encoding without scales; INT8 with one
+// float scale per (slot, head), k_scales / v_scales) is copied to shared memory as bytes.
+// Decode has its own kernel that builds the MMA fragments straight from those bytes (fp8 ->
+// F16 and int8 -> F16 are exact; head dims and output columns permuted so that one
+// shared-memory load serves several fragments; INT8 scales multiply the score and P columns);
+// prefill widens each thread's own chunks to F16 (INT8: times its scale) in a second, two-slot
+// tile buffer before the block's barrier. Q and P are rounded to F16 for the MMAs.
 #include "core/dtype.h"
 
 #include <cuda_runtime.h>

@@ -52,14 +52,16 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * (D / 8) + (chunk ^ (row & 7));
 }
 
-// FP8 K/V in the kernels' template argument kFp8.
-constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2;
+// One-byte K/V in the kernels' template argument kFp8: FP8 (unit scale), or INT8 with one float
+// scale per (slot, head) for K and for V (KvLayer's k_scales / v_scales).
+constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2, kKvI8 = 3;
 
 // FP8 decode (paged_attn_fp8_decode_kernel): kStages stages of fp8 K and V tiles; the 4 warps'
 // partial states (F32 O [kDecodeWarps][16][D + 4], then m and l) reuse them at the end.
 constexpr int fp8_o_stride(int D) { return D + 4; }  // padded: fewer bank conflicts
-constexpr size_t fp8_decode_smem(int stages, int D) {
-  const size_t tiles = static_cast<size_t>(stages) * 2 * kTileKeys * D;
+// INT8 (scales): each stage also holds the tile's K and V scales, [K, V][kTileKeys] floats.
+constexpr size_t fp8_decode_smem(int stages, int D, bool scales = false) {
+  const size_t tiles = static_cast<size_t>(stages) * 2 * kTileKeys * (D + (scales ? 4 : 0));
   const size_t merge = (static_cast<size_t>(kDecodeWarps) * kDecodeRows * fp8_o_stride(D) +
                         2 * kDecodeWarps * kDecodeRows) * sizeof(float);
   return tiles > merge ? tiles : merge;
@@ -68,8 +70,8 @@ constexpr size_t fp8_decode_smem(int stages, int D) {
 // 3 so that a thread keeps 168 registers and nothing spills (4 blocks, 128 registers, spilled
 // loop invariants and measured 4% slower at b256 x 1024 keys).
 constexpr int kFp8DecodeMaxBlocksPerSm = 3;
-constexpr int fp8_decode_blocks_per_sm(int stages, int D) {
-  const int by_smem = static_cast<int>((228u << 10) / (fp8_decode_smem(stages, D) + 1024));
+constexpr int fp8_decode_blocks_per_sm(int stages, int D, bool scales = false) {
+  const int by_smem = static_cast<int>((228u << 10) / (fp8_decode_smem(stages, D, scales) + 1024));
   return by_smem < 1 ? 1 : (by_smem > kFp8DecodeMaxBlocksPerSm ? kFp8DecodeMaxBlocksPerSm : by_smem);
 }
 
@@ -214,6 +216,21 @@ struct KvTileLoader {
         for (int j = 0; j < kRun; ++j)
           cp_async_16(dst(ps * kKeysPerPass, key, chunk + kTpr * j, kv), (kv ? v_src : k_src) + o + 16 * kTpr * j,
                       valid);
+    }
+  }
+  // INT8 K/V: the per-(slot, head) scales of the same tile into dst[key] (K) and
+  // dst[kTileKeys + key] (V), 0 past kv_hi; copied by the thread of chunk 0 of each key, in
+  // the caller's commit group, so they are visible after the barrier that shows the tile.
+  __device__ __forceinline__ void issue_scales(const float* k_scales, const float* v_scales, int n_kv_heads, int kh,
+                                               float* dst) const {
+    if (chunk != 0) return;
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const bool valid = blk[ps] >= 0;
+      const size_t slot = valid ? static_cast<size_t>(blk[ps]) * bs + off[ps] / slot_bytes : 0;
+      const size_t i = slot * n_kv_heads + kh;
+      cp_async_4(dst + ps * kKeysPerPass + key, k_scales + i, valid);
+      cp_async_4(dst + kTileKeys + ps * kKeysPerPass + key, v_scales + i, valid);
     }
   }
 };

@@ -1,5 +1,6 @@
-// Paged decode attention over an FP8 (e4m3 / e5m2) K/V cache: mma fragments built straight
-// from the fp8 bytes in shared memory (the 16-bit kernel and the launchers: attention.cu).
+// Paged decode attention over a one-byte K/V cache (FP8 e4m3 / e5m2, or INT8 with per-(slot,
+// head) scales): mma fragments built straight from the bytes in shared memory (the 16-bit kernel
+// and the launchers: attention.cu).
 #include "backend/cuda/attention_common.cuh"
 
 namespace ember::cuda {
@@ -59,6 +60,14 @@ __device__ __forceinline__ uint2 fp8x4_to_f16x4(uint32_t w) {
   return fp8x4_to_half4<kE4M3>(w);
 }
 
+// Four cache bytes -> two f16x2 words (element 0 in the low half of .x): fp8 as above, int8 by
+// the exact 1152 + q trick (q itself; the scales are applied to the scores and to P instead).
+template <int kFmt>
+__device__ __forceinline__ uint2 kv4_to_f16x4(uint32_t w) {
+  if constexpr (kFmt == kKvI8) return make_uint2(i8x2_to_f16x2<0x4140>(w), i8x2_to_f16x2<0x4342>(w));
+  else return fp8x4_to_f16x4<kFmt == kKvE4M3>(w);
+}
+
 // Word j (a compile-time constant after unrolling) of a 16-byte value.
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
@@ -90,7 +99,7 @@ __device__ __forceinline__ void load_q_fp8_order(uint32_t (&qa)[D / 16][4], cons
 }
 
 // S += Q K^T for this warp's 16 keys (two n-tiles) from the fp8 K tile.   s[2][4]
-template <int D, bool kE4M3>
+template <int D, int kFmt>
 __device__ __forceinline__ void qk_fp8(float (&s)[2][4], const uint32_t (&qa)[D / 16][4], const uint8_t* k_tile,
                                        int key_off, int lane) {
   const int g = lane / 4, t = lane % 4;
@@ -107,7 +116,7 @@ __device__ __forceinline__ void qk_fp8(float (&s)[2][4], const uint32_t (&qa)[D 
     for (int w = 0; w < 4; ++w)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        const uint2 b = fp8x4_to_f16x4<kE4M3>(word_of(kw[nt], w));
+        const uint2 b = kv4_to_f16x4<kFmt>(word_of(kw[nt], w));
         mma_16816<__half>(s[nt], qa[4 * u + w], b.x, b.y);
       }
   }
@@ -115,10 +124,10 @@ __device__ __forceinline__ void qk_fp8(float (&s)[2][4], const uint32_t (&qa)[D 
 
 // Byte e of a and of b as the halves of one f16x2 (a low) for e = 0..3: the B register of
 // two keys (a, b) at one output dim.
-template <bool kE4M3>
+template <int kFmt>
 __device__ __forceinline__ void fp8_key_pairs(uint32_t a, uint32_t b, uint32_t (&h)[4]) {
-  const uint2 lo = fp8x4_to_f16x4<kE4M3>(__byte_perm(a, b, 0x5140));  // a0 b0 a1 b1
-  const uint2 hi = fp8x4_to_f16x4<kE4M3>(__byte_perm(a, b, 0x7362));  // a2 b2 a3 b3
+  const uint2 lo = kv4_to_f16x4<kFmt>(__byte_perm(a, b, 0x5140));  // a0 b0 a1 b1
+  const uint2 hi = kv4_to_f16x4<kFmt>(__byte_perm(a, b, 0x7362));  // a2 b2 a3 b3
   h[0] = lo.x;
   h[1] = lo.y;
   h[2] = hi.x;
@@ -127,7 +136,7 @@ __device__ __forceinline__ void fp8_key_pairs(uint32_t a, uint32_t b, uint32_t (
 
 // O += P V for this warp's 16 keys (one k-step) from the fp8 V tile; o in the permuted
 // order (n-tile i, column n: head dim (D/8) n + i).   o[D / 8][4]
-template <int D, bool kE4M3>
+template <int D, int kFmt>
 __device__ __forceinline__ void pv_fp8(float (&o)[D / 8][4], const uint32_t (&pa)[4], const uint8_t* v_tile,
                                        int key_off, int lane) {
   constexpr int kB = D / 8;  // bytes of a V row one lane reads
@@ -148,8 +157,8 @@ __device__ __forceinline__ void pv_fp8(float (&o)[D / 8][4], const uint32_t (&pa
 #pragma unroll
   for (int m = 0; m < kB / 4; ++m) {
     uint32_t b0[4], b1[4];
-    fp8_key_pairs<kE4M3>(vw[0][m], vw[1][m], b0);  // keys 2t, 2t+1
-    fp8_key_pairs<kE4M3>(vw[2][m], vw[3][m], b1);  // keys 2t+8, 2t+9
+    fp8_key_pairs<kFmt>(vw[0][m], vw[1][m], b0);  // keys 2t, 2t+1
+    fp8_key_pairs<kFmt>(vw[2][m], vw[3][m], b1);  // keys 2t+8, 2t+9
 #pragma unroll
     for (int e = 0; e < 4; ++e) mma_16816<__half>(o[4 * m + e], pa, b0[e], b1[e]);
   }
@@ -178,12 +187,18 @@ __device__ __forceinline__ void store_o_fp8_order(float* s_o, int o_stride, cons
   }
 }
 
-// Decode over an fp8 cache: 16 packed rows, 4 warps splitting each 64-key tile, split-K as in
-// paged_attn_mma_kernel; Q and P in F16.
+// Decode over a one-byte cache: 16 packed rows, 4 warps splitting each 64-key tile, split-K as
+// in paged_attn_mma_kernel; Q and P in F16.
+// INT8 (kFp8 == kKvI8): the MMAs see the integers q (exact in F16); each key's K scale
+// multiplies its score column (F32), and its V scale multiplies its P column before P is
+// rounded to F16. So that P stays in F16's normal range whatever the scales, a warp keeps P V
+// relative to a reference v_ref (the largest V scale it has met): P is p * v_scale / v_ref
+// (<= 1), O is rescaled when v_ref grows (rarely after the first tiles: a warp-uniform
+// branch), and multiplied by v_ref once at the end.
 template <int D, int kStages, bool kSoftcap, int kFp8>
-__global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kStages, D))
+__global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kStages, D, kFp8 == kKvI8))
     paged_attn_fp8_decode_kernel(const Launch L) {
-  constexpr bool kE4M3 = kFp8 == kKvE4M3;
+  constexpr bool kI8 = kFp8 == kKvI8;
   constexpr int kTileBytes = kTileKeys * D;  // one K or V tile
   constexpr int kNtO = D / 8;
   static_assert(kStages >= 2 && (D == 64 || D == 128) && kFp8 != kKvNative);
@@ -195,6 +210,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   const PagedAttnArgs& a = L.a;
   extern __shared__ uint4 smem[];
   uint8_t* s_kv = reinterpret_cast<uint8_t*>(smem);  // [kStages][K, V][kTileKeys][D] fp8, chunks swizzled
+  // INT8: then the scales, [kStages][K, V][kTileKeys].
+  float* s_sc = reinterpret_cast<float*>(s_kv + kStages * 2 * kTileBytes);
 
   pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
   pdl_launch_dependents();
@@ -215,6 +232,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
     if (st < sp.n_tiles) {
       ld.load_ids();
       ld.issue(stage_dst(st));
+      if constexpr (kI8) ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + st * 2 * kTileKeys);
     }
     cp_async_commit();
   }
@@ -235,6 +253,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   const int key_off = warp * 16;  // first key of this warp within a tile
   const float qk_scale = kSoftcap ? a.scale : a.scale * kLog2e;
   const float inv_cap = kSoftcap ? 1.0f / a.softcap : 0.0f;
+  const int col = key_off + 2 * (lane & 3);  // this lane's score columns: col, col + 1 (+ 8)
+  float v_ref = 0.0f, inv_v_ref = 0.0f;      // INT8 (see above)
 
   int stage = 0, issue_stage = kStages - 1;
   for (int t = 0; t < sp.n_tiles; ++t) {
@@ -242,23 +262,54 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
     __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
     if (t + kStages - 1 < sp.n_tiles) {
       ld.issue(stage_dst(issue_stage));  // into the stage tile t - 1 used
+      if constexpr (kI8)
+        ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + issue_stage * 2 * kTileKeys);
       if (t + kStages < sp.n_tiles) ld.load_ids();
     }
     cp_async_commit();
     issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
     const uint8_t* k_s = s_kv + stage * 2 * kTileBytes;
+    const float* sc = s_sc + stage * 2 * kTileKeys;
     stage = stage + 1 == kStages ? 0 : stage + 1;
     const int key0 = sp.t_begin + t * kTileKeys + key_off;
 
     float s[2][4] = {};
-    qk_fp8<D, kE4M3>(s, qa, k_s, key_off, lane);
+    qk_fp8<D, kFp8>(s, qa, k_s, key_off, lane);
+    if constexpr (kI8) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 ks = *reinterpret_cast<const float2*>(sc + col + 8 * nt);
+        s[nt][0] *= ks.x, s[nt][1] *= ks.y, s[nt][2] *= ks.x, s[nt][3] *= ks.y;
+      }
+    }
     scale_scores<2, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
     if (key0 + 15 > block_pos_min || a.window > 0) mask_scores<2>(s, key0, pos_a, pos_b, a.window, lane);
     online_softmax<2, kNtO, true>(s, o, m_a, m_b, l_a, l_b);
+    if constexpr (kI8) {
+      float2 vs[2];
+      vs[0] = *reinterpret_cast<const float2*>(sc + kTileKeys + col);
+      vs[1] = *reinterpret_cast<const float2*>(sc + kTileKeys + col + 8);
+      // The warp's 16 keys are spread over the 4 lanes of each quad: the same maximum in all.
+      float vmax = fmaxf(fmaxf(vs[0].x, vs[0].y), fmaxf(vs[1].x, vs[1].y));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));
+      if (vmax > v_ref) {
+        const float f = v_ref / vmax;  // 0 at the first tile, where O is still 0
+        rescale_rows<kNtO>(o, f, f);
+        v_ref = vmax;
+        inv_v_ref = 1.0f / vmax;
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float fx = vs[nt].x * inv_v_ref, fy = vs[nt].y * inv_v_ref;
+        s[nt][0] *= fx, s[nt][1] *= fy, s[nt][2] *= fx, s[nt][3] *= fy;
+      }
+    }
     uint32_t pa[4];
     p_fragment<__half, 2>(pa, s, 0);
-    pv_fp8<D, kE4M3>(o, pa, k_s + kTileBytes, key_off, lane);
+    pv_fp8<D, kFp8>(o, pa, k_s + kTileBytes, key_off, lane);
   }
+  if constexpr (kI8) rescale_rows<kNtO>(o, v_ref, v_ref);
 
   // Merge the 4 warps' partial states through shared memory once no copy is in flight.
   cp_async_wait<0>();
@@ -278,8 +329,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
 template <int D, int kStages, int kFp8>
 cudaError_t launch_fp8_decode_cfg(const Launch& L, dim3 grid, cudaStream_t stream) {
   return launch_softcap_pair<paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>,
-                             paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>>(L, fp8_decode_smem(kStages, D), grid,
-                                                                                   dim3(kDecodeWarps * 32), stream);
+                             paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>>(
+      L, fp8_decode_smem(kStages, D, kFp8 == kKvI8), grid, dim3(kDecodeWarps * 32), stream);
 }
 
 template <int D, int kFp8>
@@ -298,6 +349,7 @@ cudaError_t launch_fp8_decode_dim(const Launch& L, int stages, dim3 grid, cudaSt
   switch (L.a.kv_type) {
     case DType::FP8_E4M3: return launch_fp8_decode_stages<D, kKvE4M3>(L, stages, grid, stream);
     case DType::FP8_E5M2: return launch_fp8_decode_stages<D, kKvE5M2>(L, stages, grid, stream);
+    case DType::I8: return launch_fp8_decode_stages<D, kKvI8>(L, stages, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }

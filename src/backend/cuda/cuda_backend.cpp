@@ -884,7 +884,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.k = kv.k.data;
   a.v = kv.v.data;
   a.kv_type = kv.k.dtype;
-  a.k_scales = kv.k_scales;  // (I8 only; the fallback kernel is the one that reads them)
+  a.k_scales = kv.k_scales;  // (I8 only)
   a.v_scales = kv.v_scales;
   a.max_blocks_per_seq = batch.max_blocks_per_seq;
   a.block_size = kv.block_size;
