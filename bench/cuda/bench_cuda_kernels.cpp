@@ -482,14 +482,21 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
                    (kind == AttnKernel::Prefill ? "mma.sync 8w" : "wgmma warp-specialized 128-key tiles"),
                flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
       }
-      // INT8 K/V with scales: the mma.sync kernel widens (times the scale) in shared memory.
+      // INT8 K/V with scales: both kernels widen (times the scale), the wgmma one in its producer.
       PagedSetup ps_i8(1, n, n, KV, D, bs, s, DType::I8);
-      PagedAttnArgs a = ps_i8.args(q, out, n, n, H, KV, D, bs);
-      const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, AttnKernel::Prefill, nullptr, 0, sms, s)); });
-      const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
-      char note[64];
-      std::snprintf(note, sizeof note, "%.3f ms", ms);
-      result("prefill-attn", "ember paged i8 causal 4096 h32/kv8 d128 mma.sync 8w", flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+      for (AttnKernel kind : {AttnKernel::Prefill, AttnKernel::PrefillWgmma}) {
+        if (kind == AttnKernel::PrefillWgmma && !wgmma) continue;
+        PagedAttnArgs a = ps_i8.args(q, out, n, n, H, KV, D, bs);
+        a.wgmma = wgmma;
+        const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
+        const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
+        char note[64];
+        std::snprintf(note, sizeof note, "%.3f ms", ms);
+        result("prefill-attn",
+               std::string("ember paged i8 causal 4096 h32/kv8 d128 ") +
+                   (kind == AttnKernel::Prefill ? "mma.sync 8w" : "wgmma warp-specialized 64-key tiles"),
+               flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+      }
     }
     CK(cudaFree(q));
     CK(cudaFree(out));

@@ -22,8 +22,9 @@ struct AttnCase {
   std::vector<Seq> seqs;
   int window = 0;
   float softcap = 0.0f;
-  // > 0: each (slot, head) row of K and of V is multiplied by 10^u, u uniform in
-  // [-spread, spread] (rows of very different magnitudes: INT8 scales far apart).
+  // > 0: each (slot, head) row of V is multiplied by 10^u, u uniform in [-spread, spread], and
+  // each row of K by 10^(u' / 8) (rows of very different magnitudes: INT8 scales far apart;
+  // K's milder, as scores that large make softmax weights hinge on Q's F16 rounding).
   float spread = 0.0f;
 };
 
@@ -67,7 +68,7 @@ class AttnProblem {
     if (c.spread > 0.0f) {
       const auto u = random_floats(2 * cache_elems / c.head_dim, seed + 4, -c.spread, c.spread);
       for (int64_t i = 0; i < cache_elems; ++i) {
-        k_[i] *= std::pow(10.0f, u[2 * (i / c.head_dim)]);
+        k_[i] *= std::pow(10.0f, u[2 * (i / c.head_dim)] / 8.0f);
         v_[i] *= std::pow(10.0f, u[2 * (i / c.head_dim) + 1]);
       }
     }
@@ -335,6 +336,21 @@ TEST(CudaAttention, WgmmaPrefillFp8Kv) {
   }
 }
 
+// INT8 K/V on the warp-specialized wgmma kernel (64-key tiles): the producer widens each
+// landed tile to F16 times the scales that the key's chunk-0 thread copied (three scale
+// buffers, a producer barrier per tile); mixed batches, GQA 1 / 4 / 8, odd block sizes,
+// window + soft-cap, both head dims, V rows whose scales span 10^4-10^6.
+TEST(CudaAttention, WgmmaPrefillInt8Kv) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  const RunList runs = {{kAuto}, {kWgmma}, {kWgmma, 0, 0, 0, 64, 1}, {kPrefill}};
+  check(AttnCase{8, 2, 128, 16, DType::I8, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 61);
+  check(AttnCase{8, 2, 64, 7, DType::I8, {{70, 70}, {150, 421}, {129, 700}}, 50, 30.0f}, runs, 62);
+  check(AttnCase{4, 4, 64, 16, DType::I8, {{1, 50}, {70, 70}, {257, 257}}, 0, 0.0f, 3.0f}, runs, 63);
+  check(AttnCase{16, 2, 128, 33, DType::I8, {{2, 600}, {65, 65}, {300, 301}}, 0, 0.0f, 2.0f}, runs, 64);
+  check(AttnCase{32, 8, 128, 16, DType::I8, {{512, 512}, {100, 1100}}}, runs, 65);
+}
+
 // head_dim 256 (Gemma): no mma.sync kernel; the block-synced wgmma kernel with 64-key tiles takes
 // every row count, decode rows included (Auto picks it through the backend).
 TEST(CudaAttention, WgmmaHeadDim256) {
@@ -409,14 +425,17 @@ TEST(CudaAttention, Fp8KvErrorWithinFormat) {
 // scores, V scales on P against a growing per-warp reference) at each stage count and split,
 // the mma.sync prefill (tiles widened to F16 times their scales) and the fallback, against the
 // reference over the dequantized values: mixed decode / speculative / prefill batches, GQA 1,
-// 2, 4 and 8, odd block sizes, window + soft-cap, and rows whose magnitudes (so scales) span
+// 2, 4 and 8, odd block sizes, window + soft-cap, and V rows whose magnitudes (so scales) span
 // 10^4 or 10^6. head_dim 96 has only the fallback. Then the INT8 cache against the unquantized
 // one: the format's error (an absmax step of 1/127), not more.
 TEST(CudaAttention, Int8KvAllKernels) {
   SKIP_WITHOUT_GPU();
   EXPECT_TRUE(cuda::cuda_kv_dtype_supported(DType::I8));
-  for (int d : {64, 128}) EXPECT_TRUE(cuda::attention_mma_supported(DType::I8, d)) << d;
-  for (int d : {64, 96, 128, 256}) EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
+  for (int d : {64, 128}) {
+    EXPECT_TRUE(cuda::attention_mma_supported(DType::I8, d)) << d;
+    EXPECT_TRUE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
+  }
+  for (int d : {96, 256}) EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
   EXPECT_FALSE(cuda::attention_mma_supported(DType::I8, 96));
   const RunList all = {{kAuto},         {kSimple},      {kDecode},         {kDecode, 1},      {kDecode, 3},
                        {kDecode, 0, 2}, {kDecode, 0, 4}, {kDecode, 5, 6},  {kPrefill},        {kPrefill, 0, 2, 4}};

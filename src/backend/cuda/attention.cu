@@ -22,16 +22,6 @@ size_t smem_bytes(int rows, int stages, int D, bool one_byte, size_t scale_bytes
   return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
 }
 
-// INT8 -> F16: the integers of a word's bytes (exact), times scale, rounded once.
-__device__ __forceinline__ uint2 i8x4_scaled_f16x4(uint32_t w, float scale) {
-  uint32_t h[2] = {i8x2_to_f16x2<0x4140>(w), i8x2_to_f16x2<0x4342>(w)};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
-    h[i] = pack2<__half>(f.x * scale, f.y * scale);
-  }
-  return make_uint2(h[0], h[1]);
-}
 
 // kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
 // kSoftcap: logit soft-capping compiled in (tanh per score) or out. kFp8: the cache holds
@@ -158,7 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         const uint4 r = s_raw[((stage * 2 + kv) * kTileKeys + kt) * kLCh + my_c];
         uint2 h0, h1, h2, h3;
         if constexpr (kI8) {
-          const float sc = *psc(stage, ps, kv);
+          const __half2 sc = __float2half2_rn(*psc(stage, ps, kv));
           h0 = i8x4_scaled_f16x4(r.x, sc), h1 = i8x4_scaled_f16x4(r.y, sc);
           h2 = i8x4_scaled_f16x4(r.z, sc), h3 = i8x4_scaled_f16x4(r.w, sc);
         } else {
@@ -473,7 +463,7 @@ bool wgmma_prefill_available(int device) {
 }
 
 bool attention_wgmma_supported(DType kv_type, int head_dim) {
-  if (kv_type == DType::FP8_E4M3 || kv_type == DType::FP8_E5M2) return head_dim == 64 || head_dim == 128;
+  if (is_byte_kv(kv_type)) return head_dim == 64 || head_dim == 128;
   return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
@@ -508,11 +498,12 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   if (kind == AttnKernel::PrefillWgmma) {
     if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
     // head_dim 256: only the block-synced kernel with 64-key tiles (its O takes 128 registers);
-    // FP8 K/V: only the warp-specialized kernel (its producer widens the tiles).
+    // one-byte K/V: only the warp-specialized kernel (its producer widens the tiles); INT8
+    // with 64-key tiles only (room for its scales).
     const bool d256 = a.head_dim == 256;
     const int mode = d256 ? 0 : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
-    if (is_fp8(a.kv_type) && mode != 1) return cudaErrorInvalidValue;
-    const int keys = d256 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
+    if (is_byte_kv(a.kv_type) && mode != 1) return cudaErrorInvalidValue;
+    const int keys = d256 || a.kv_type == DType::I8 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;
     const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),

@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
     if (st < sp.n_tiles) {
       ld.load_ids();
       ld.issue(stage_dst(st));
-      if constexpr (kI8) ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + st * 2 * kTileKeys);
+      if constexpr (kI8) ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + st * 2 * kTileKeys,
+                        s_sc + (st * 2 + 1) * kTileKeys);
     }
     cp_async_commit();
   }
@@ -263,7 +264,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
     if (t + kStages - 1 < sp.n_tiles) {
       ld.issue(stage_dst(issue_stage));  // into the stage tile t - 1 used
       if constexpr (kI8)
-        ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + issue_stage * 2 * kTileKeys);
+        ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + issue_stage * 2 * kTileKeys,
+                        s_sc + (issue_stage * 2 + 1) * kTileKeys);
       if (t + kStages < sp.n_tiles) ld.load_ids();
     }
     cp_async_commit();

@@ -22,11 +22,13 @@ namespace ember::cuda::attn {
 namespace {
 
 // Shared memory: Q [consumer warpgroups * 64 rows][D], then kStages x (K, V) [kKeys][D], all
-// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers, then (FP8 K/V) two raw
-// tiles [K, V][kKeys][D bytes]; +1 KiB to align the base to the swizzle period.
-constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D, bool fp8 = false) {
+// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers, then (one-byte K/V) two
+// raw tiles [K, V][kKeys][D bytes], then (INT8) three [K, V][kKeys] float scale buffers; +1 KiB
+// to align the base to the swizzle period.
+constexpr int kI8ScaleBufs = 3;
+constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D, bool fp8 = false, bool i8 = false) {
   return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + (fp8 ? 2 * 2 * keys * D : 0) + 16 * stages +
-         wg::kAtomBytes;
+         (i8 ? kI8ScaleBufs * 2 * keys * sizeof(float) : 0) + wg::kAtomBytes;
 }
 
 #if defined(EMBER_WGMMA_DEVICE)
@@ -148,16 +150,23 @@ __device__ __forceinline__ void issue_tile(Loader& ld, uint8_t* s_kv, int stage)
 // FP8 K/V: copies key tile t's bytes into raw buffer `raw` ([K, V][kKeys][D] bytes) through
 // loader ld (rows of D bytes), and widens this thread's own chunks of a landed raw buffer into
 // a 16-bit swizzled stage (each chunk is read back by the thread that copied it: no barrier).
+// INT8 (scales non-null): also the keys' K and V scales into scales [K, V][kKeys].
 template <int D, int kKeys, typename Loader>
-__device__ __forceinline__ void issue_raw_tile(Loader& ld, uint8_t* raw) {
+__device__ __forceinline__ void issue_raw_tile(Loader& ld, uint8_t* raw, const PagedAttnArgs& a,
+                                               float* scales = nullptr) {
 #pragma unroll
   for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
     ld.load_ids();
     ld.issue([&](int k0, int key, int c, int kv) { return raw + (kv * kKeys + sub * kTileKeys + k0 + key) * D + c * 16; });
+    if (scales)
+      ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, scales + sub * kTileKeys,
+                      scales + kKeys + sub * kTileKeys);
   }
 }
+// INT8: scales [K, V][kKeys] (written by other threads: the caller syncs before).
 template <int D, int kKeys, int kFp8, typename Loader>
-__device__ __forceinline__ void widen_tile(const Loader& ld, const uint8_t* raw, uint8_t* stage_kv) {
+__device__ __forceinline__ void widen_tile(const Loader& ld, const uint8_t* raw, uint8_t* stage_kv,
+                                           const float* scales = nullptr) {
   constexpr uint32_t kTileBytes = kKeys * D * 2;
 #pragma unroll
   for (int sub = 0; sub < kKeys / kTileKeys; ++sub)
@@ -167,8 +176,15 @@ __device__ __forceinline__ void widen_tile(const Loader& ld, const uint8_t* raw,
       for (int kv = 0; kv < 2; ++kv) {
         const int r = sub * kTileKeys + ps * Loader::kKeysPerPass + ld.key;
         const uint4 b = *reinterpret_cast<const uint4*>(raw + (kv * kKeys + r) * D + ld.chunk * 16);
-        const uint2 h0 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.x), h1 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.y);
-        const uint2 h2 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.z), h3 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.w);
+        uint2 h0, h1, h2, h3;
+        if constexpr (kFp8 == kKvI8) {
+          const __half2 sc = __float2half2_rn(scales[kv * kKeys + r]);
+          h0 = i8x4_scaled_f16x4(b.x, sc), h1 = i8x4_scaled_f16x4(b.y, sc);
+          h2 = i8x4_scaled_f16x4(b.z, sc), h3 = i8x4_scaled_f16x4(b.w, sc);
+        } else {
+          h0 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.x), h1 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.y);
+          h2 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.z), h3 = fp8x4_to_half4<kFp8 == kKvE4M3>(b.w);
+        }
         uint8_t* dst = stage_kv + kv * kTileBytes;
         *reinterpret_cast<uint4*>(dst + wg::swizzled_offset(kKeys, r, 2 * ld.chunk)) = make_uint4(h0.x, h0.y, h1.x, h1.y);
         *reinterpret_cast<uint4*>(dst + wg::swizzled_offset(kKeys, r, 2 * ld.chunk + 1)) = make_uint4(h2.x, h2.y, h3.x, h3.y);
@@ -244,8 +260,11 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
 // (FP8: the producer also widens the tiles and spilled at 40; 56 / 224.)
 constexpr int producer_regs(bool fp8) { return fp8 ? 56 : 40; }
 constexpr int consumer_regs(int wgs, bool fp8) { return wgs == 2 ? (fp8 ? 224 : 232) : 152; }
-// kFp8 (kKvE4M3 / kKvE5M2; T = __half): the producer copies fp8 bytes into two raw buffers and
-// widens each landed tile (exactly) into the 16-bit stage the consumers read.
+// kFp8 (kKvE4M3 / kKvE5M2 / kKvI8; T = __half): the producer copies the bytes into two raw
+// buffers and widens each landed tile (FP8 exactly; INT8 times its scales) into the 16-bit stage
+// the consumers read. INT8: the thread of a key's chunk 0 copies its scales into one of three
+// buffers, read by the key's other threads after a producer barrier; with three, a thread a
+// tile ahead never overwrites the scales another is still widening.
 template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap, int kFp8 = kKvNative>
 __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel(const Launch L) {
 #if defined(EMBER_WGMMA_DEVICE)
@@ -278,18 +297,21 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   if (kIsFp8 && wgi == 0) {
     wg::regs_dec<kProducerRegs>();
     uint8_t* raw = s_kv + kStages * 2 * kTileBytes + 16 * kStages;  // [2][K, V][kKeys][D]
+    float* scales = reinterpret_cast<float*>(raw + 2 * 2 * kKeys * D);  // INT8: [3][K, V][kKeys]
     KvTileLoader<D, 128, 1> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+    auto scale_buf = [&](int u) { return kFp8 == kKvI8 ? scales + (u % kI8ScaleBufs) * 2 * kKeys : nullptr; };
     // Tile t's bytes go out while tile t - 1 (landed) is widened into its stage, once the
     // consumers have released that stage; then the fence hands the stage to wgmma.
     auto publish = [&](int u) {
       const int stage = u % kStages;
+      if constexpr (kFp8 == kKvI8) wg::named_sync(1 + kWg, 128);  // every producer copy of tile u landed
       if (u >= kStages) wg::mbar_wait(empty + 8 * stage, (u / kStages - 1) & 1);
-      widen_tile<D, kKeys, kFp8>(ld, raw + (u & 1) * 2 * kKeys * D, s_kv + stage * 2 * kTileBytes);
+      widen_tile<D, kKeys, kFp8>(ld, raw + (u & 1) * 2 * kKeys * D, s_kv + stage * 2 * kTileBytes, scale_buf(u));
       wg::fence_proxy_async();
       wg::mbar_arrive(full + 8 * stage);
     };
     for (int t = 0; t < n_tiles; ++t) {
-      issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D);
+      issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D, L.a, scale_buf(t));
       cp_async_commit();
       if (t > 0) {
         cp_async_wait<1>();
@@ -356,7 +378,7 @@ template <typename T, int D, int kKeys, int kStages, int kMode, int kFp8 = kKvNa
 cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
   constexpr int kWg = kMode == 2 ? 3 : 2;
   static_assert(kFp8 == kKvNative || kMode == 1);
-  const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D, kFp8 != kKvNative);
+  const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D, kFp8 != kKvNative, kFp8 == kKvI8);
   const dim3 block((kWg + (kMode > 0 ? 1 : 0)) * 128);
   if constexpr (kMode > 0)
     return launch_softcap_pair<paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false, kFp8>,
@@ -396,6 +418,13 @@ cudaError_t launch_wgmma_fp8(const Launch& L, int keys, int mode, dim3 grid, cud
   return cudaErrorInvalidValue;
 }
 
+// INT8 K/V: 64-key tiles with 4 stages only (128-key tiles leave no room for the scales).
+template <int D>
+cudaError_t launch_wgmma_i8(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
+  if (mode != 1 || keys != 64) return cudaErrorInvalidValue;
+  return launch_wgmma<__half, D, 64, 4, 1, kKvI8>(L, grid, stream);
+}
+
 template <int D>
 cudaError_t launch_wgmma_dim(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
   switch (L.a.kv_type) {
@@ -403,6 +432,7 @@ cudaError_t launch_wgmma_dim(const Launch& L, int keys, int mode, dim3 grid, cud
     case DType::F16: return launch_wgmma_cfg<__half, D>(L, keys, mode, grid, stream);
     case DType::FP8_E4M3: return launch_wgmma_fp8<D, kKvE4M3>(L, keys, mode, grid, stream);
     case DType::FP8_E5M2: return launch_wgmma_fp8<D, kKvE5M2>(L, keys, mode, grid, stream);
+    case DType::I8: return launch_wgmma_i8<D>(L, keys, mode, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
