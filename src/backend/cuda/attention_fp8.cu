@@ -60,12 +60,21 @@ __device__ __forceinline__ uint2 fp8x4_to_f16x4(uint32_t w) {
   return fp8x4_to_half4<kE4M3>(w);
 }
 
-// Four cache bytes -> two f16x2 words (element 0 in the low half of .x): fp8 as above, int8 by
-// the exact 1152 + q trick (q itself; the scales are applied to the scores and to P instead).
+// Four cache bytes -> two f16x2 words (element 0 in the low half of .x): fp8 as above; int8 as
+// 1152 + q (exact: under 0x64 the byte q ^ 0x80 = q + 128 is the mantissa of 1024 + q + 128),
+// without subtracting the 1152: the kernel takes 1152 * (sum of the Q row) off each score and
+// 1152 * (sum of P) off O (an extra MMA column of constant 1152 computes the latter), which
+// costs less than two HSUB2 per four bytes.
+constexpr uint32_t kI8Offset2 = 0x64806480u;  // F16 1152 in both halves
+constexpr float kI8Offset = 1152.0f;
 template <int kFmt>
 __device__ __forceinline__ uint2 kv4_to_f16x4(uint32_t w) {
-  if constexpr (kFmt == kKvI8) return make_uint2(i8x2_to_f16x2<0x4140>(w), i8x2_to_f16x2<0x4342>(w));
-  else return fp8x4_to_f16x4<kFmt == kKvE4M3>(w);
+  if constexpr (kFmt == kKvI8) {
+    const uint32_t x = w ^ 0x80808080u;
+    return make_uint2(__byte_perm(x, 0x64646464u, 0x4140), __byte_perm(x, 0x64646464u, 0x4342));
+  } else {
+    return fp8x4_to_f16x4<kFmt == kKvE4M3>(w);
+  }
 }
 
 // Word j (a compile-time constant after unrolling) of a 16-byte value.
@@ -74,10 +83,11 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
 }
 
 // Q rows row0 .. row0 + 15 (packed (token, head) pairs, zeros past n_rows) as F16 A fragments
-// in the fp8 K order.   qa[D / 16][4]
+// in the fp8 K order.   qa[D / 16][4]. row_sum (INT8): the sums of this lane's rows g and g + 8
+// over the F16 values (whole rows: the quad's 4 lanes summed).
 template <int D>
 __device__ __forceinline__ void load_q_fp8_order(uint32_t (&qa)[D / 16][4], const Launch& L, const AttnSpan& sp,
-                                                 int lane) {
+                                                 int lane, float* row_sum = nullptr) {
   const PagedAttnArgs& a = L.a;
   const int G = L.group, kh = blockIdx.y, t = lane % 4;
 #pragma unroll
@@ -95,6 +105,22 @@ __device__ __forceinline__ void load_q_fp8_order(uint32_t (&qa)[D / 16][4], cons
         qa[4 * u + w][half] = pack2<__half>(x.x, x.y);
         qa[4 * u + w][2 + half] = pack2<__half>(x.z, x.w);
       }
+  }
+  if (row_sum) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&qa[k][half + 2 * j]));
+          sum += f.x + f.y;
+        }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      row_sum[half] = sum;
+    }
   }
 }
 
@@ -135,10 +161,12 @@ __device__ __forceinline__ void fp8_key_pairs(uint32_t a, uint32_t b, uint32_t (
 }
 
 // O += P V for this warp's 16 keys (one k-step) from the fp8 V tile; o in the permuted
-// order (n-tile i, column n: head dim (D/8) n + i).   o[D / 8][4]
-template <int D, int kFmt>
-__device__ __forceinline__ void pv_fp8(float (&o)[D / 8][4], const uint32_t (&pa)[4], const uint8_t* v_tile,
+// order (n-tile i, column n: head dim (D/8) n + i). INT8: o[D / 8] += P 1152 (every column).
+//   o[D / 8 (+ 1)][4]
+template <int D, int kFmt, int kNt>
+__device__ __forceinline__ void pv_fp8(float (&o)[kNt][4], const uint32_t (&pa)[4], const uint8_t* v_tile,
                                        int key_off, int lane) {
+  if constexpr (kFmt == kKvI8) mma_16816<__half>(o[D / 8], pa, kI8Offset2, kI8Offset2);
   constexpr int kB = D / 8;  // bytes of a V row one lane reads
   const int g = lane / 4, t = lane % 4;
   uint32_t vw[4][kB / 4];  // [key 2t, 2t+1, 2t+8, 2t+9][word]
@@ -241,11 +269,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
 
   // Q straight from global memory into registers while the first tiles are in flight.
   uint32_t qa[D / 16][4];
-  load_q_fp8_order<D>(qa, L, sp, lane);
+  float q_sum[2];  // INT8: 1152 * q_sum is in every score (see kv4_to_f16x4)
+  load_q_fp8_order<D>(qa, L, sp, lane, kI8 ? q_sum : nullptr);
+  const float off_a = kI8 ? kI8Offset * q_sum[0] : 0.0f, off_b = kI8 ? kI8Offset * q_sum[1] : 0.0f;
 
-  float o[kNtO][4];
+  // INT8: o[kNtO] = P 1152 (the V offset each column of O carries).
+  constexpr int kNtAcc = kNtO + (kI8 ? 1 : 0);
+  float o[kNtAcc][4];
 #pragma unroll
-  for (int i = 0; i < kNtO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  for (int i = 0; i < kNtAcc; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   const int G = L.group;
   const int r_a = sp.row0 + lane / 4, r_b = r_a + 8;  // this lane's rows
@@ -281,12 +313,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const float2 ks = *reinterpret_cast<const float2*>(sc + col + 8 * nt);
-        s[nt][0] *= ks.x, s[nt][1] *= ks.y, s[nt][2] *= ks.x, s[nt][3] *= ks.y;
+        s[nt][0] = (s[nt][0] - off_a) * ks.x, s[nt][1] = (s[nt][1] - off_a) * ks.y;
+        s[nt][2] = (s[nt][2] - off_b) * ks.x, s[nt][3] = (s[nt][3] - off_b) * ks.y;
       }
     }
     scale_scores<2, kSoftcap>(s, qk_scale, a.softcap, inv_cap);
     if (key0 + 15 > block_pos_min || a.window > 0) mask_scores<2>(s, key0, pos_a, pos_b, a.window, lane);
-    online_softmax<2, kNtO, true>(s, o, m_a, m_b, l_a, l_b);
+    online_softmax<2, kNtAcc, true>(s, o, m_a, m_b, l_a, l_b);
     if constexpr (kI8) {
       float2 vs[2];
       vs[0] = *reinterpret_cast<const float2*>(sc + kTileKeys + col);
@@ -297,7 +330,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
       vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));
       if (vmax > v_ref) {
         const float f = v_ref / vmax;  // 0 at the first tile, where O is still 0
-        rescale_rows<kNtO>(o, f, f);
+        rescale_rows<kNtAcc>(o, f, f);
         v_ref = vmax;
         inv_v_ref = 1.0f / vmax;
       }
@@ -309,9 +342,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
     }
     uint32_t pa[4];
     p_fragment<__half, 2>(pa, s, 0);
-    pv_fp8<D, kFp8>(o, pa, k_s + kTileBytes, key_off, lane);
+    pv_fp8<D, kFp8, kNtAcc>(o, pa, k_s + kTileBytes, key_off, lane);
   }
-  if constexpr (kI8) rescale_rows<kNtO>(o, v_ref, v_ref);
+  if constexpr (kI8) {
+    // O = (P (1152 + q) - P 1152) v_ref; element e of every n-tile is row g (e < 2) or g + 8,
+    // like o[kNtO]'s, whose columns are all equal.
+#pragma unroll
+    for (int i = 0; i < kNtO; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][e] = (o[i][e] - o[kNtO][e]) * v_ref;
+  }
 
   // Merge the 4 warps' partial states through shared memory once no copy is in flight.
   cp_async_wait<0>();
@@ -320,7 +360,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   float* s_o = reinterpret_cast<float*>(smem);               // [kDecodeWarps][16][kOStride]
   float* s_m = s_o + kDecodeWarps * kDecodeRows * kOStride;  // [kDecodeWarps][16]
   float* s_l = s_m + kDecodeWarps * kDecodeRows;             // [kDecodeWarps][16]
-  store_o_fp8_order<D>(s_o + warp * kDecodeRows * kOStride, kOStride, o, lane);
+  store_o_fp8_order<D>(s_o + warp * kDecodeRows * kOStride, kOStride, reinterpret_cast<const float(&)[kNtO][4]>(o),
+                       lane);
   store_warp_state(s_m, s_l, warp, lane, m_a, m_b, l_a, l_b);
   __syncthreads();
   finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) {
