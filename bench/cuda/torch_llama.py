@@ -11,7 +11,9 @@ weights), beside `ember bench speed --device cuda` in the same run.
     which captures CUDA graphs of the compiled step: the weights and the K/V cache are
     registered buffers of nn.Modules, so the in-place cache writes keep the graphs (with the
     cache as a plain tensor inductor skipped them: "mutated inputs", 59.5 tok/s on an H200);
-  - transformers (--hf): LlamaForCausalLM.generate, greedy, eager, dynamic cache;
+  - transformers (--hf): LlamaForCausalLM.generate, greedy, eager, dynamic cache; and
+    (--hf-static) with cache_implementation="static", which generate compiles itself
+    (torch.compile of the forward with CUDA graphs, its own compile_config);
   - prefill: one forward pass over a 4096-token prompt (SDPA causal), i.e. time to first token.
 Decode: 128-token prompt, then 256 greedy steps, tokens/s of the steps. Prints RESULT| lines.
 """
@@ -177,7 +179,7 @@ def prefill(model, n):
     result("prefill", f"torch prefill {n} tokens (time to first token)", ms, "ms", f"{n / ms * 1e3:.0f} tok/s")
 
 
-def transformers_generate(n_prompt, n_gen, layers):
+def transformers_generate(n_prompt, n_gen, layers, static=False):
     from transformers import LlamaConfig, LlamaForCausalLM
     c = CFG
     cfg = LlamaConfig(hidden_size=c["d"], intermediate_size=c["f"], num_attention_heads=c["heads"],
@@ -190,8 +192,13 @@ def transformers_generate(n_prompt, n_gen, layers):
     torch.set_default_dtype(torch.float32)
     ids = torch.randint(100, 20000, (1, n_prompt), device="cuda")
     kw = dict(max_new_tokens=n_gen, min_new_tokens=n_gen, do_sample=False, eos_token_id=None, pad_token_id=0)
+    if static:
+        kw["cache_implementation"] = "static"
     with torch.no_grad():
-        model.generate(ids, **dict(kw, max_new_tokens=8, min_new_tokens=8))
+        t0 = time.perf_counter()
+        # (static: the same lengths as the timed runs, so the compiled graphs are reused)
+        model.generate(ids, **(kw if static else dict(kw, max_new_tokens=8, min_new_tokens=8)))
+        warm_s = time.perf_counter() - t0
         rates = []
         for _ in range(2):
             torch.cuda.synchronize()
@@ -199,8 +206,9 @@ def transformers_generate(n_prompt, n_gen, layers):
             model.generate(ids, **kw)
             torch.cuda.synchronize()
             rates.append(n_gen / (time.perf_counter() - t0))
-    result("decode", f"transformers generate (eager) Llama-3-8B bf16 batch 1, p{n_prompt} + {n_gen}",
-           max(rates), "tok/s", "includes the 128-token prefill")
+    how = "static cache, compiled by generate" if static else "eager"
+    result("decode", f"transformers generate ({how}) Llama-3-8B bf16 batch 1, p{n_prompt} + {n_gen}",
+           max(rates), "tok/s", f"includes the 128-token prefill; first call {warm_s:.0f} s")
     del model
     torch.cuda.empty_cache()
 
@@ -210,6 +218,7 @@ def main():
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--hf", action="store_true")
+    ap.add_argument("--hf-static", action="store_true")
     ap.add_argument("--prefill", type=int, default=4096)
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
@@ -224,11 +233,13 @@ def main():
         prefill(model, args.prefill)
         del model
         torch.cuda.empty_cache()
-    if args.hf:
+    for static, wanted in ((False, args.hf), (True, args.hf_static)):
+        if not wanted:
+            continue
         try:
-            transformers_generate(128, 256, args.layers)
+            transformers_generate(128, 256, args.layers, static)
         except Exception as e:
-            print(f"transformers failed: {e}", flush=True)
+            print(f"transformers (static={static}) failed: {type(e).__name__}: {e}", flush=True)
 
 
 if __name__ == "__main__":
