@@ -217,9 +217,9 @@ __device__ __forceinline__ void store_o_fp8_order(float* s_o, int o_stride, cons
 
 // Decode over a one-byte cache: 16 packed rows, 4 warps splitting each 64-key tile, split-K as
 // in paged_attn_mma_kernel; Q and P in F16.
-// INT8 (kFp8 == kKvI8): the MMAs see the integers q (exact in F16); each key's K scale
-// multiplies its score column (F32), and its V scale multiplies its P column before P is
-// rounded to F16. So that P stays in F16's normal range whatever the scales, a warp keeps P V
+// INT8 (kFp8 == kKvI8): the MMAs see 1152 + q (exact in F16; the offset comes off afterwards,
+// see kv4_to_f16x4); each key's K scale multiplies its score column (F32), and its V scale
+// multiplies its P column before P is rounded to F16. So that P stays in F16's normal range whatever the scales, a warp keeps P V
 // relative to a reference v_ref (the largest V scale it has met): P is p * v_scale / v_ref
 // (<= 1), O is rescaled when v_ref grows (rarely after the first tiles: a warp-uniform
 // branch), and multiplied by v_ref once at the end.
