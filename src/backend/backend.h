@@ -124,6 +124,9 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   // x *= s (elementwise).
   virtual void scale(Tensor& x, float s) = 0;
+  // x = cap * tanh(x / cap) in place (F32): final logit soft-capping (Gemma 2), on the logits
+  // where they are, so that device-side argmax and sampling see the capped values.
+  virtual void softcap(Tensor& x, float cap) = 0;
   // ids[i] = the column of row i's largest value, the first on ties; NaN never wins, and a row
   // with nothing above -inf gives 0 (the host Sampler's plain greedy pick).   logits [n, vocab]
   // F32, ids host [n]. Backends without it say so.

@@ -128,15 +128,7 @@ Status Model::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<floa
   }
   logits.resize(static_cast<size_t>(out.numel()));
   backend_.download(logits.data(), out.data, logits.size() * sizeof(float));
-  finish_logits(logits);
   return Status::ok();
-}
-
-void Model::finish_logits(std::vector<float>& logits) const {
-  if (config_.final_logit_softcap > 0.0f) {
-    const float cap = config_.final_logit_softcap;
-    for (auto& v : logits) v = cap * std::tanh(v / cap);
-  }
 }
 
 Result<Tensor> Model::enqueue_forward(const ForwardBatch& batch, KvStorage& kv) {
@@ -176,7 +168,9 @@ Result<Tensor> Model::enqueue_forward(const ForwardBatch& batch, KvStorage& kv) 
   backend_.get_rows(rows_view(act.x, n, c.d_model), batch.logit_rows.data(), n_out, act.last);
   backend_.rms_norm(act.last, weights_.output_norm, c.norm_eps, act.last);
   backend_.matmul(act.last, weights_.output, nullptr, act.logits);
-  return rows_view(act.logits, n_out, c.n_vocab);
+  Tensor logits = rows_view(act.logits, n_out, c.n_vocab);
+  if (c.final_logit_softcap > 0.0f) backend_.softcap(logits, c.final_logit_softcap);
+  return logits;
 }
 
 }  // namespace ember

@@ -40,11 +40,8 @@ class Model {
   Status forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits);
   // The same forward pass, queued on the backend without waiting: returns the logit rows
   // [batch.logit_rows.size(), n_vocab] F32 in backend memory (an invalid tensor when no rows
-  // are asked for). Download them, then call finish_logits. (GPU runners capture this part
-  // in CUDA graphs.)
+  // are asked for), final soft-capping applied. (GPU runners capture this part in CUDA graphs.)
   Result<Tensor> enqueue_forward(const ForwardBatch& batch, KvStorage& kv);
-  // Host-side post-processing of downloaded logits (final soft-capping).
-  void finish_logits(std::vector<float>& logits) const;
   // Bytes of activation buffers a step of n_tokens tokens with n_logit_rows logit rows needs.
   size_t activation_bytes(int n_tokens, int n_logit_rows) const;
   // Changes whenever the activation buffers move (device addresses captured earlier are stale).

@@ -110,19 +110,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   lo.progress = o.progress;
   EMBER_ASSIGN_OR_RETURN(r->model_, Model::load(*r->source_, *r->backend_, lo));
   r->kv_dtype_ = o.kv_dtype;
-  // Greedy steps pick their tokens on the backend (no logits copied out; rows in parallel);
-  // soft-capping runs on the host (finish_logits), so such models keep the host path.
-  r->device_argmax_ = r->backend_->device() == Device::CPU && r->model_->config().final_logit_softcap <= 0.0f;
+  // Greedy steps pick their tokens on the backend (no logits copied out; rows in parallel).
+  r->device_argmax_ = r->backend_->device() == Device::CPU;
 #ifdef EMBER_HAVE_CUDA
   if (r->backend_->device() == Device::CUDA) {
     r->cuda_ = cuda_step(*r->backend_);
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
     r->graphs_ = r->cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
     r->graph_epoch_ = r->model_->activation_epoch();
-    // Soft-capping runs on the host (finish_logits); a device argmax would skip it.
+    // (Final soft-capping is applied to the logits on the device, in the forward pass.)
     const char* gs = std::getenv("EMBER_GPU_SAMPLE");
-    r->device_argmax_ = r->cuda_ && r->model_->config().final_logit_softcap <= 0.0f &&
-                        !(gs && std::strcmp(gs, "0") == 0);
+    r->device_argmax_ = r->cuda_ && !(gs && std::strcmp(gs, "0") == 0);
     const char* gr = std::getenv("EMBER_GPU_SAMPLE_ROWS");  // 0: sampled (non-greedy) steps on the host
     r->device_sample_ = r->device_argmax_ && !(gr && std::strcmp(gr, "0") == 0);
   }
@@ -265,7 +263,6 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
     step_profile::Scope t("runner: logits download");
     backend_->download(logits.data(), out->data, logits.size() * sizeof(float));  // the one sync
   }
-  model_->finish_logits(logits);
   return Status::ok();
 }
 

@@ -54,7 +54,7 @@ class ModelRunner : public ModelExecutor {
   size_t kv_bytes_per_block(int block_size) const override;
   Status allocate_kv_cache(const KvCacheConfig& cfg) override;
   Status execute(const ForwardBatch& batch, std::vector<float>& logits) override;
-  // On CUDA without final logit soft-capping (EMBER_GPU_SAMPLE=0 turns it off).
+  // On the CPU, and on CUDA unless EMBER_GPU_SAMPLE=0.
   bool can_execute_argmax() const override { return device_argmax_; }
   Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
   bool can_execute_sample() const override { return device_sample_; }
@@ -99,7 +99,7 @@ class ModelRunner : public ModelExecutor {
   // CUDA step state (null / unused on the CPU).
   CudaStep* cuda_ = nullptr;
   bool graphs_ = false;
-  bool device_argmax_ = false;  // CPU, or CUDA unless EMBER_GPU_SAMPLE=0; not with soft-capping
+  bool device_argmax_ = false;  // CPU, or CUDA unless EMBER_GPU_SAMPLE=0
   bool device_sample_ = false;  // device_argmax_ unless EMBER_GPU_SAMPLE_ROWS=0
   struct GraphState {
     bool warm = false;    // one eager step of this shape has run

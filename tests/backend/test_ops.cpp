@@ -1,4 +1,4 @@
-// get_rows, rms_norm, rope, glu, add, scale against double-precision references; argmax_rows
+// get_rows, rms_norm, rope, glu, add, scale, softcap against double-precision references; argmax_rows
 // against the host sampler's greedy rule.
 #include "quant/quant.h"
 #include "sample/logits_processors.h"
@@ -153,6 +153,22 @@ TEST_P(OpsTest, GluAddScale) {
     backend_->scale(tg, -0.37f);
     for (size_t i = 0; i < g.size(); ++i) ref[i] = double(static_cast<float>(ref[i]) * -0.37f);
     expect_close(g, ref, 0, 0, "scale");
+  }
+}
+
+// Final logit soft-capping: cap * tanh(x / cap) in place, values far past the cap included.
+TEST_P(OpsTest, Softcap) {
+  Rng rng(12);
+  for (int64_t n : {1, 7, 40000 + 3}) {
+    auto x = rng.normals(static_cast<size_t>(n), 40.0f);
+    std::vector<double> ref(x.size());
+    for (float cap : {30.0f, 0.5f}) {
+      auto y = x;
+      for (size_t i = 0; i < x.size(); ++i) ref[i] = cap * std::tanh(double(x[i]) / cap);
+      Tensor t = f32_tensor(y, {n});
+      backend_->softcap(t, cap);
+      expect_close(y, ref, 2e-6, 1e-6, "softcap");
+    }
   }
 }
 

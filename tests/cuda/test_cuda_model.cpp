@@ -6,6 +6,7 @@
 // tools/make_cuda_bench_weights.py, e.g. --layers 2) the same GPU/CPU comparison runs at Llama-3-8B
 // shapes, where the tensor-core attention and the big GEMVs are used. Skips without a GPU.
 #include "../model/copy_blocks_check.h"
+#include "../model/softcap_check.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/npy.h"
 #include "runner/model_runner.h"
@@ -335,6 +336,16 @@ TEST(CudaModel, CopyBlocksOnTheDevice) {
     SCOPED_TRACE(dtype_name(kv));
     copy_blocks_check::run(*r, 1e-6);
   }
+}
+
+// Final logit soft-capping on the device (softcap_check.h): the capped logits, and greedy picks
+// on the device, which soft-capped models used to leave to the host (now also their sampling).
+TEST(CudaModel, FinalSoftcapOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  RunnerOptions o;
+  o.device = "cuda";
+  o.kv_dtype = DType::BF16;
+  softcap_check::run(kFixtures + "/gemma3/hf-bf16", o, 1e-5, "cuda");
 }
 
 TEST(CudaModel, KvBudgetFromFreeMemory) {

@@ -104,6 +104,22 @@ TEST(CudaOps, AddInPlaceAndScale) {
   EXPECT_LT(rel_error(download_floats(db.t), sc), 1e-7);
 }
 
+// Final logit soft-capping in place, values far past the cap included (a vocabulary-sized row
+// and an odd one).
+TEST(CudaOps, Softcap) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : {int64_t{7}, int64_t{128256 * 3 + 1}}) {
+    const auto x = random_floats(static_cast<size_t>(n), 31, -80.0f, 80.0f);
+    for (float cap : {30.0f, 0.5f}) {
+      DevTensor d = dev_floats(x, {n});
+      backend()->softcap(d.t, cap);
+      std::vector<double> ref(x.size());
+      for (size_t i = 0; i < x.size(); ++i) ref[i] = cap * std::tanh(double(x[i]) / cap);
+      EXPECT_LT(rel_error(download_floats(d.t), ref), 1e-6) << n << " cap " << cap;
+    }
+  }
+}
+
 TEST(CudaOps, GetRowsDeviceBf16HostQ8AndDeviceF32) {
   SKIP_WITHOUT_GPU();
   const int64_t vocab = 37, d = 128;

@@ -70,6 +70,7 @@ void cpu_attention(CpuContext& ctx, const Tensor& q, const KvLayer& kv, const At
 void cpu_glu(CpuContext& ctx, const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out);
 void cpu_add(CpuContext& ctx, const Tensor& a, const Tensor& b, Tensor& out);
 void cpu_scale(CpuContext& ctx, Tensor& x, float s);
+void cpu_softcap(CpuContext& ctx, Tensor& x, float cap);
 Status cpu_argmax_rows(CpuContext& ctx, const Tensor& logits, int32_t* ids);
 
 // Splits [0, n) into nth chunks whose boundaries are multiples of `align` (the last chunk

@@ -78,6 +78,7 @@ class CpuBackend final : public Backend {
   }
   void add(const Tensor& a, const Tensor& b, Tensor& out) override { cpu::cpu_add(ctx_, a, b, out); }
   void scale(Tensor& x, float s) override { cpu::cpu_scale(ctx_, x, s); }
+  void softcap(Tensor& x, float cap) override { cpu::cpu_softcap(ctx_, x, cap); }
   Status argmax_rows(const Tensor& logits, int32_t* ids) override { return cpu::cpu_argmax_rows(ctx_, logits, ids); }
 
  private:

@@ -59,6 +59,14 @@ void cpu_scale(CpuContext& ctx, Tensor& x, float s) {
   });
 }
 
+void cpu_softcap(CpuContext& ctx, Tensor& x, float cap) {
+  check_f32(x, "softcap x");
+  float* p = x.as<float>();
+  run_elementwise(ctx, x.numel(), 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) p[i] = cap * std::tanh(p[i] / cap);  // (transformers' order)
+  });
+}
+
 Status cpu_argmax_rows(CpuContext& ctx, const Tensor& logits, int32_t* ids) {
   if (logits.dtype != DType::F32 || logits.n_dims != 2)
     return Status::errorf("argmax_rows: logits {} {}, want 2-D F32", dtype_name(logits.dtype), shape_string(logits));

@@ -1015,6 +1015,13 @@ void CudaBackend::scale(Tensor& x, float s) {
   EMBER_CUDA_CHECK(launch_scale(x.as<float>(), s, x.numel(), stream_));
 }
 
+void CudaBackend::softcap(Tensor& x, float cap) {
+  flush();
+  require(x, DType::F32, "softcap x");
+  EMBER_CHECK(cap > 0.0f, "softcap: cap {} must be positive", cap);
+  EMBER_CUDA_CHECK(launch_softcap(x.as<float>(), cap, x.numel(), stream_));
+}
+
 }  // namespace ember::cuda
 
 namespace ember {

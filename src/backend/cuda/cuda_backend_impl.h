@@ -83,6 +83,7 @@ class CudaBackend final : public Backend, public CudaStep {
   void glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tensor& out) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float s) override;
+  void softcap(Tensor& x, float cap) override;
 
   // CudaStep
   void set_step_metadata(const std::vector<HostArray>& arrays) override;

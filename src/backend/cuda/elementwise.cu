@@ -316,6 +316,12 @@ __global__ void scale_kernel(float* x, float s, int64_t n) {
     x[i] *= s;
 }
 
+__global__ void softcap_kernel(float* x, float cap, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
+}
+
 __global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int64_t total,
                                 int64_t m) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -439,6 +445,12 @@ cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cu
 cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softcap(float* x, float cap, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  softcap_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, cap, n);
   return cudaGetLastError();
 }
 

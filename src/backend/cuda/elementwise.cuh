@@ -72,6 +72,8 @@ cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n, cu
 
 // x *= s.   x [n] F32.
 cudaError_t launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
+// x = cap * tanh(x / cap) in place.
+cudaError_t launch_softcap(float* x, float cap, int64_t n, cudaStream_t stream);
 
 // out[r, :] += bias.   out [rows, m] F32, bias [m] F32.
 cudaError_t launch_add_bias(float* out, const float* bias, int64_t rows, int64_t m,
