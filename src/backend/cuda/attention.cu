@@ -75,6 +75,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   const int G = L.group;
   const int seq = sp.seq, q0 = sp.q0, n_rows = sp.n_rows, row0 = sp.row0, pos_base = sp.pos_base;
   const int kv_hi = sp.kv_hi, t_begin = sp.t_begin, n_tiles = sp.n_tiles;
+  if constexpr (kDecode && !kIsFp8) {
+    if (a.rope.active) decode_rope_store<T, D>(a, q0, n_rows, G, kh);  // (block-uniform)
+  }
 
   // ---- K/V tile loader: thread owns chunk my_c of kPasses keys per tile. Cache slots are
   // found without divisions in the loop: (tile start) / block_size is carried from tile to
@@ -476,6 +479,14 @@ AttnKernel attention_pick(const PagedAttnArgs& a) {
   return a.wgmma && attention_wgmma_supported(a.kv_type, a.head_dim) ? AttnKernel::PrefillWgmma : AttnKernel::Prefill;
 }
 
+bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms) {
+  if (!(a.kv_type == DType::BF16 || a.kv_type == DType::F16 || is_fp8(a.kv_type))) return false;
+  if (attention_pick(a) != AttnKernel::Decode) return false;
+  int row_tiles, splits, split_len, stages;
+  plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
+  return row_tiles == 1 && splits == 1;
+}
+
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
   if (kind != AttnKernel::Decode) return 0;
@@ -491,6 +502,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   if (a.n_launch_seqs == 0 || a.max_new == 0) return cudaSuccess;
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
+  if (a.rope.active && kind != AttnKernel::Decode) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Simple) return launch_paged_attention_simple(a, stream);
   Launch L;
   L.a = a;
@@ -521,6 +533,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   }
   int stages;
   plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len, &stages);
+  if (a.rope.active && !attention_decode_takes_rope(a, num_sms)) return cudaErrorInvalidValue;
   if (L.splits > 1) {
     if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return cudaErrorInvalidValue;
     const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.row_tiles * L.splits;

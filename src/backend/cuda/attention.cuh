@@ -33,6 +33,20 @@ namespace ember::cuda {
 
 enum class AttnKernel : int { Auto = 0, Decode = 1, Prefill = 2, Simple = 3, PrefillWgmma = 4 };
 
+// The step's RoPE and K/V-cache store, done by the decode kernel before it reads q or the cache
+// (one launch fewer per layer): q and k rotated in place and the new k / v rows stored, with
+// launch_rope_kv_store's arithmetic. Only where attention_decode_takes_rope says so.
+struct DecodeRopeArgs {
+  bool active = false;
+  float* k = nullptr;                  // [n_tokens, n_kv_heads, head_dim] F32
+  const float* v = nullptr;            // [n_tokens, n_kv_heads, head_dim] F32
+  const int32_t* positions = nullptr;  // device [n_tokens]
+  const float* inv_freq = nullptr;     // device [head_dim / 2]
+  const int32_t* slots = nullptr;      // device [n_tokens], < 0 not stored
+  bool neox = true;
+  float factor = 1.0f;
+};
+
 struct PagedAttnArgs {
   const float* q = nullptr;  // [n_tokens, n_heads, head_dim] F32
   float* out = nullptr;      // [n_tokens, n_heads, head_dim] F32
@@ -77,6 +91,8 @@ struct PagedAttnArgs {
   // Decode: when the launch has fewer blocks than SMs, split the key range finer (down to one
   // 64-key tile per split) to shorten its latency (batch-1 decode).
   bool fill_gpu = false;
+  // Decode: RoPE + K/V store first (q, the rope's q, is then rotated in place).
+  DecodeRopeArgs rope;
 };
 
 // K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales; I8 only with its
@@ -91,6 +107,11 @@ bool attention_wgmma_supported(DType kv_type, int head_dim);
 
 // The kernel Auto resolves to for these arguments.
 AttnKernel attention_pick(const PagedAttnArgs& a);
+
+// Whether a launch with these arguments can take DecodeRopeArgs: the decode kernel with one
+// block per (sequence, kv head) (one split, one row tile: nobody else reads or writes those
+// rows) over a BF16 / F16 / FP8 cache.
+bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms);
 
 // Device scratch bytes launch_paged_attention needs (split partials), for that kernel.
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms);

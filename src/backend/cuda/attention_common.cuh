@@ -76,6 +76,54 @@ constexpr int fp8_decode_blocks_per_sm(int stages, int D, bool scales = false) {
 }
 
 // ---- Pieces the kernels share ----
+
+// The fused decode prologue (PagedAttnArgs::rope): RoPE of this block's q rows and of its kv
+// head's new k rows, in place, and the cache store of those k and v rows (S: the cache
+// element), with launch_rope_kv_store's arithmetic (same sincosf, factor and rotation
+// expressions), so both paths store the same bytes. Then a barrier, before the block reads q
+// or any K/V tile. Called only for one block per (sequence, kv head) (row0 is 0).
+template <typename S, int D>
+__device__ __forceinline__ void decode_rope_store(const PagedAttnArgs& a, int q0, int n_rows, int G, int kh) {
+  constexpr int kHalf = D / 2;
+  const DecodeRopeArgs& r = a.rope;
+  const int n_new = n_rows / G;
+  float* q = const_cast<float*>(a.q);
+  const size_t kv_row = static_cast<size_t>(a.n_kv_heads) * D;
+  S* k_cache = static_cast<S*>(const_cast<void*>(a.k));
+  S* v_cache = static_cast<S*>(const_cast<void*>(a.v));
+  for (int it = threadIdx.x; it < n_new * (G + 1) * kHalf; it += blockDim.x) {
+    const int i = it % kHalf, hj = it / kHalf, h = hj % (G + 1);
+    const int t = q0 + hj / (G + 1);
+    const float pos = static_cast<float>(r.positions[t]);
+    float sn, cs;
+    sincosf(pos * r.inv_freq[i], &sn, &cs);
+    cs = cs * r.factor;
+    sn = sn * r.factor;
+    float* x = h < G ? q + (static_cast<size_t>(t) * a.n_heads + kh * G + h) * D
+                     : r.k + static_cast<size_t>(t) * kv_row + static_cast<size_t>(kh) * D;
+    const int i0 = r.neox ? i : 2 * i;
+    const int i1 = r.neox ? i + kHalf : 2 * i + 1;
+    const float x0 = x[i0], x1 = x[i1];
+    const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+    x[i0] = r0;
+    x[i1] = r1;
+    const int32_t slot = r.slots[t];
+    if (h == G && slot >= 0) {
+      S* c = k_cache + static_cast<size_t>(slot) * kv_row + static_cast<size_t>(kh) * D;
+      c[i0] = from_float<S>(r0);
+      c[i1] = from_float<S>(r1);
+    }
+  }
+  for (int it = threadIdx.x; it < n_new * D; it += blockDim.x) {
+    const int t = q0 + it / D, d = it % D;
+    const int32_t slot = r.slots[t];
+    const size_t off = static_cast<size_t>(kh) * D + d;
+    if (slot >= 0) v_cache[static_cast<size_t>(slot) * kv_row + off] = from_float<S>(r.v[t * kv_row + off]);
+  }
+  // The K/V tiles are read by cp.async (through L2) of other threads of the block.
+  __threadfence();
+  __syncthreads();
+}
 // INT8 -> F16: the integers of a word's bytes (exact) times scale2 (the row's scale as F16 in
 // both halves), in F16: two roundings (the scale's and the product's) instead of the F32
 // product's one, for a third of the instructions. (The wgmma producer widening in F32 held

@@ -3,6 +3,8 @@
 // and the launchers: attention.cu).
 #include "backend/cuda/attention_common.cuh"
 
+#include <type_traits>
+
 namespace ember::cuda {
 namespace attn {
 
@@ -246,6 +248,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
   if (!attn_span<true, kDecodeRows>(L, sp)) return;
+  if constexpr (!kI8) {
+    using S = std::conditional_t<kFp8 == kKvE4M3, Fp8E4M3, Fp8E5M2>;
+    if (a.rope.active) decode_rope_store<S, D>(a, sp.q0, sp.n_rows, L.group, blockIdx.y);  // (block-uniform)
+  }
 
   Loader ld(a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
   auto stage_dst = [&](int stage) {  // (the swizzles depend on key & 7 only: one per thread)

@@ -36,6 +36,7 @@
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemv.cuh"
+#include "backend/cuda/rows.cuh"
 
 #include <cuda_runtime.h>
 
@@ -343,6 +344,7 @@ class CudaBackend final : public Backend, public CudaStep {
 
   bool fuse_ = true;
   bool attn_fill_ = true;
+  bool attn_rope_ = true;  // EMBER_CUDA_ATTN_ROPE=0: the rope + K/V store keeps its own launch
   bool wgmma_prefill_ = false;  // sm_90a prefill attention (EMBER_CUDA_WGMMA_PREFILL=0: the mma.sync kernel)
   int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced BF16 GEMV variant (the GLU too where it takes it), for tuning
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
@@ -350,6 +352,10 @@ class CudaBackend final : public Backend, public CudaStep {
   PendingGemv pg_;
   PendingAdd pa_;
   PendingRope pr_;
+  // The fused rope + K/V store of a step, held back by kv_store for the attention that follows,
+  // whose decode kernel may do it (attention_decode_takes_rope); any other op launches it.
+  RopeKvStoreArgs prs_;
+  bool prs_active_ = false;
   PendingNorm pn_;
   PendingGlu pgl_;
 };

@@ -153,6 +153,10 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
 }
 
 void CudaBackend::flush() {
+  if (prs_active_) {  // (the oldest pending op: kv_store flushed everything before it)
+    prs_active_ = false;
+    EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
+  }
   if (pgm_.active) {
     pgm_.active = false;
     pgm_.run(*this, pgm_.jobs, false);
