@@ -13,7 +13,8 @@
 #     backend; 8B shapes on a 2-layer random checkpoint) and `ember bench speed --device cuda`
 #     on a random-weight Llama-3-8B (tools/make_cuda_bench_weights.py, written to MODEL_DIR,
 #     default /tmp/ember-llama3-8b) beside the PyTorch decode/prefill baselines
-#     (bench/cuda/torch_llama.py; TORCH_ARGS, e.g. "--hf --compile")
+#     (bench/cuda/torch_llama.py; TORCH_ARGS, e.g. "--hf --hf-static --compile": transformers
+#     generate eager and with its compiled static cache, and the torch.compile loop)
 #   --no-kernels: skip the kernel benchmarks (bench_cuda_kernels, torch_baselines.py)
 #   --profile-model: with --model, Nsight Compute durations of every kernel of one decode step
 #     (ncu_step_summary.txt)
