@@ -862,9 +862,12 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
                             const AttentionParams& p, Tensor& out) {
-  // The rope + K/V store kv_store held back for this attention (q and the cache its own).
-  const bool held_rope = prs_active_ && prs_.q == q.data && prs_.k_cache == kv.k.data && prs_.v_cache == kv.v.data &&
-                         prs_.head_dim == p.head_dim && prs_.n * p.n_heads * p.head_dim == q.numel();
+  // The rope + K/V store kv_store held back for this attention (q and the cache its own), if
+  // no op deferred since (flush would launch that one first, out of order).
+  const bool others_pending = pgm_.active || pg_.count > 0 || pa_.active || pn_.active || pgl_.active || pr_.active;
+  const bool held_rope = prs_active_ && !others_pending && prs_.q == q.data && prs_.k_cache == kv.k.data &&
+                         prs_.v_cache == kv.v.data && prs_.head_dim == p.head_dim &&
+                         prs_.n * p.n_heads * p.head_dim == q.numel();
   if (held_rope) prs_active_ = false;
   flush();
   require(q, DType::F32, "attention q");
