@@ -429,11 +429,21 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
 
 void bench_prefill_attention(cudaStream_t s, int sms) {
   const int n = 4096, H = 32, D = 128, bs = 16;
+  const bool wgmma = wgmma_prefill_available(0);
   for (int KV : {8, 32}) {
     PagedSetup ps(1, n, n, KV, D, bs, s);
     auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
     auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
     CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
+    // One launch of kind on a (prepared) causal 4096-token prefill, reported in TFLOP/s.
+    auto report = [&](const PagedAttnArgs& a, AttnKernel kind, const std::string& name) {
+      const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
+      // Causal: each of the n queries sees pos + 1 keys; 2 matmuls of 2 FLOP per MAC.
+      const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
+      char note[64];
+      std::snprintf(note, sizeof note, "%.3f ms", ms);
+      result("prefill-attn", name, flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+    };
     // The mma.sync kernel (default 8 warps, and 4), then the wgmma kernel (128- and 64-key
     // tiles) where the device runs it.
     struct Variant {
@@ -441,7 +451,6 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
       int warps, stages, keys, mode;
       const char* name;
     };
-    const bool wgmma = wgmma_prefill_available(0);
     for (const Variant& v : {Variant{AttnKernel::Prefill, 0, 0, 0, 0, "mma.sync 8w"},
                              Variant{AttnKernel::Prefill, 4, 2, 0, 0, "mma.sync 4w"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 0, "wgmma synced 128-key tiles"},
@@ -456,46 +465,22 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
       a.prefill_keys = v.keys;
       a.prefill_mode = v.mode;
       a.wgmma = wgmma;
-      const double ms = time_graph(s, 5, 9, [&](int) {
-        CK(launch_paged_attention(a, v.kind, nullptr, 0, sms, s));
-      });
-      // Causal: each of the n queries sees pos + 1 keys; 2 matmuls of 2 FLOP per MAC.
-      const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
-      char note[64];
-      std::snprintf(note, sizeof note, "%.3f ms", ms);
-      result("prefill-attn", "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " + v.name,
-             flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+      report(a, v.kind, "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " + v.name);
     }
-    // FP8 (e4m3) K/V: the mma.sync kernel widens in shared memory, the wgmma one in its producer.
+    // One-byte K/V: the mma.sync kernel widens in shared memory, the wgmma one in its producer
+    // (FP8 e4m3 exactly, with 128-key tiles; INT8 times its scales, with 64-key tiles).
     if (KV == 8) {
-      PagedSetup ps8(1, n, n, KV, D, bs, s, DType::FP8_E4M3);
-      for (AttnKernel kind : {AttnKernel::Prefill, AttnKernel::PrefillWgmma}) {
-        if (kind == AttnKernel::PrefillWgmma && !wgmma) continue;
-        PagedAttnArgs a = ps8.args(q, out, n, n, H, KV, D, bs);
-        a.wgmma = wgmma;
-        const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
-        const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
-        char note[64];
-        std::snprintf(note, sizeof note, "%.3f ms", ms);
-        result("prefill-attn",
-               std::string("ember paged fp8_e4m3 causal 4096 h32/kv8 d128 ") +
-                   (kind == AttnKernel::Prefill ? "mma.sync 8w" : "wgmma warp-specialized 128-key tiles"),
-               flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
-      }
-      // INT8 K/V with scales: both kernels widen (times the scale), the wgmma one in its producer.
-      PagedSetup ps_i8(1, n, n, KV, D, bs, s, DType::I8);
-      for (AttnKernel kind : {AttnKernel::Prefill, AttnKernel::PrefillWgmma}) {
-        if (kind == AttnKernel::PrefillWgmma && !wgmma) continue;
-        PagedAttnArgs a = ps_i8.args(q, out, n, n, H, KV, D, bs);
-        a.wgmma = wgmma;
-        const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
-        const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
-        char note[64];
-        std::snprintf(note, sizeof note, "%.3f ms", ms);
-        result("prefill-attn",
-               std::string("ember paged i8 causal 4096 h32/kv8 d128 ") +
-                   (kind == AttnKernel::Prefill ? "mma.sync 8w" : "wgmma warp-specialized 64-key tiles"),
-               flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+      for (DType kv : {DType::FP8_E4M3, DType::I8}) {
+        PagedSetup pb(1, n, n, KV, D, bs, s, kv);
+        for (AttnKernel kind : {AttnKernel::Prefill, AttnKernel::PrefillWgmma}) {
+          if (kind == AttnKernel::PrefillWgmma && !wgmma) continue;
+          PagedAttnArgs a = pb.args(q, out, n, n, H, KV, D, bs);
+          a.wgmma = wgmma;
+          const char* how = kind == AttnKernel::Prefill ? "mma.sync 8w"
+                            : kv == DType::I8           ? "wgmma warp-specialized 64-key tiles"
+                                                        : "wgmma warp-specialized 128-key tiles";
+          report(a, kind, "ember paged " + std::string(dtype_name(kv)) + " causal 4096 h32/kv8 d128 " + how);
+        }
       }
     }
     CK(cudaFree(q));

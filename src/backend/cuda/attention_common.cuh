@@ -91,27 +91,29 @@ __device__ __forceinline__ void decode_rope_store(const PagedAttnArgs& a, int q0
   const size_t kv_row = static_cast<size_t>(a.n_kv_heads) * D;
   S* k_cache = static_cast<S*>(const_cast<void*>(a.k));
   S* v_cache = static_cast<S*>(const_cast<void*>(a.v));
-  for (int it = threadIdx.x; it < n_new * (G + 1) * kHalf; it += blockDim.x) {
-    const int i = it % kHalf, hj = it / kHalf, h = hj % (G + 1);
-    const int t = q0 + hj / (G + 1);
+  // A thread per (token, rotated pair): one sincosf for the pair's G q heads and its k head.
+  for (int it = threadIdx.x; it < n_new * kHalf; it += blockDim.x) {
+    const int i = it % kHalf, t = q0 + it / kHalf;
     const float pos = static_cast<float>(r.positions[t]);
     float sn, cs;
     sincosf(pos * r.inv_freq[i], &sn, &cs);
     cs = cs * r.factor;
     sn = sn * r.factor;
-    float* x = h < G ? q + (static_cast<size_t>(t) * a.n_heads + kh * G + h) * D
-                     : r.k + static_cast<size_t>(t) * kv_row + static_cast<size_t>(kh) * D;
     const int i0 = r.neox ? i : 2 * i;
     const int i1 = r.neox ? i + kHalf : 2 * i + 1;
-    const float x0 = x[i0], x1 = x[i1];
-    const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
-    x[i0] = r0;
-    x[i1] = r1;
     const int32_t slot = r.slots[t];
-    if (h == G && slot >= 0) {
-      S* c = k_cache + static_cast<size_t>(slot) * kv_row + static_cast<size_t>(kh) * D;
-      c[i0] = from_float<S>(r0);
-      c[i1] = from_float<S>(r1);
+    for (int h = 0; h <= G; ++h) {  // h == G: the k head
+      float* x = h < G ? q + (static_cast<size_t>(t) * a.n_heads + kh * G + h) * D
+                       : r.k + static_cast<size_t>(t) * kv_row + static_cast<size_t>(kh) * D;
+      const float x0 = x[i0], x1 = x[i1];
+      const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+      x[i0] = r0;
+      x[i1] = r1;
+      if (h == G && slot >= 0) {
+        S* c = k_cache + static_cast<size_t>(slot) * kv_row + static_cast<size_t>(kh) * D;
+        c[i0] = from_float<S>(r0);
+        c[i1] = from_float<S>(r1);
+      }
     }
   }
   for (int it = threadIdx.x; it < n_new * D; it += blockDim.x) {

@@ -946,21 +946,25 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.query_start = static_cast<const int32_t*>(qs.dev);
   a.seq_lens = static_cast<const int32_t*>(sl.dev);
   a.block_tables = static_cast<const int32_t*>(bt.dev);
+  // The launch arguments of group c (0 decode, 1 prefill).
+  auto group_args = [&](int c) {
+    PagedAttnArgs g = a;
+    g.seq_ids = id_dev[c] ? id_dev[c] : static_cast<const int32_t*>(id_ref[c].dev);
+    g.n_launch_seqs = static_cast<int>(ids[c].size());
+    g.max_new = max_new[c];
+    g.max_kv = max_kv[c];
+    if (c == 0) g.splits = decode_splits_;
+    return g;
+  };
   if (held_rope) {
     // The decode kernel does the rope and the store when it is the only launch and runs one
     // block per (sequence, kv head), in launches of at most kFewRopeBlocks blocks (measured at
     // batch 1 on an H200, one call, A/B twice: int4 380.3 / 381.6 vs 379.0 / 378.9 tok/s, fp8
     // 302.3 vs 301.3, bf16 level; large decode batches are not measured yet, so they keep the
     // separate launch); otherwise the rope and the store go first, on their own.
-    PagedAttnArgs d = a;
-    d.seq_ids = id_dev[0] ? id_dev[0] : static_cast<const int32_t*>(id_ref[0].dev);
-    d.n_launch_seqs = static_cast<int>(ids[0].size());
-    d.max_new = max_new[0];
-    d.max_kv = max_kv[0];
-    d.splits = decode_splits_;
     constexpr int kFewRopeBlocks = 32;
     const bool few = static_cast<int64_t>(ids[0].size()) * p.n_kv_heads <= kFewRopeBlocks;
-    if (few && ids[1].empty() && !ids[0].empty() && attention_decode_takes_rope(d, num_sms_)) {
+    if (few && ids[1].empty() && !ids[0].empty() && attention_decode_takes_rope(group_args(0), num_sms_)) {
       a.rope = DecodeRopeArgs{true, prs_.k, prs_.v, prs_.positions, prs_.inv_freq, prs_.slots, prs_.neox, prs_.factor};
     } else {
       EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
@@ -968,12 +972,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   }
   for (int c = 0; c < 2; ++c) {
     if (ids[c].empty()) continue;
-    PagedAttnArgs ac = a;
-    ac.seq_ids = id_dev[c] ? id_dev[c] : static_cast<const int32_t*>(id_ref[c].dev);
-    ac.n_launch_seqs = static_cast<int>(ids[c].size());
-    ac.max_new = max_new[c];
-    ac.max_kv = max_kv[c];
-    if (c == 0) ac.splits = decode_splits_;
+    const PagedAttnArgs ac = group_args(c);
     // The groups split where attention_pick does (16 packed rows), so it picks per group.
     const AttnKernel kind = attention_pick(ac);
     const size_t ws_bytes = attention_workspace_bytes(ac, kind, num_sms_);
