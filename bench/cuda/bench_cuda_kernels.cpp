@@ -565,6 +565,46 @@ void profile_decode_once(cudaStream_t s, int sms) {
   CK(cudaFree(out));
 }
 
+// One packed GEMV shape, launched plainly (no graph) 20 times over rotating copies, for
+// `ncu -k regex:qgemv --launch-skip 10 --launch-count 1`: `qgemv-one int4|fp8|int8 M K N [glu]`.
+void profile_qgemv_one(cudaStream_t s, int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: qgemv-one int4|fp8|int8 M K N [glu]\n");
+    std::exit(2);
+  }
+  const std::string fs = argv[2];
+  const QFormat f = fs == "int4" ? QFormat::Int4 : fs == "int8" ? QFormat::Int8 : QFormat::Fp8;
+  const int64_t m = std::atoll(argv[3]), k = std::atoll(argv[4]);
+  const int n = std::atoi(argv[5]);
+  const bool glu = argc > 6 && std::string(argv[6]) == "glu";
+  const size_t qbytes = qweight_bytes(f, m, k);
+  const int copies = static_cast<int>(std::max<size_t>(3, (size_t{512} << 20) / qbytes + 1));
+  void* src = dmalloc(static_cast<size_t>(m * k) * 2);
+  CK(launch_fill_random(DType::BF16, src, m * k, 10, -0.05f, 0.05f, s));
+  std::vector<void*> w(copies);
+  for (auto& p : w) {
+    p = dmalloc(qbytes);
+    CK(launch_qweight_pack(f, 2, src, 0, m, m, k, p, s));
+  }
+  auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(8 * k) * 4));
+  auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(8 * m) * 4 * 2));
+  CK(launch_fill_random(DType::F32, x, 8 * k, 3, -1.0f, 1.0f, s));
+  for (int i = 0; i < 20; ++i) {
+    if (glu) {
+      CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, n, m, k, false, y, nullptr, nullptr, true, s));
+    } else {
+      QGemvSeg seg;
+      seg.w = w[i % copies];
+      seg.out = y;
+      seg.m = m;
+      CK(launch_qgemv_multi(f, &seg, 1, x, n, k, /*pdl=*/true, s));
+    }
+  }
+  CK(cudaStreamSynchronize(s));
+  std::printf("qgemv-one %s %lldx%lld n=%d%s: 20 launches\n", fs.c_str(), static_cast<long long>(m),
+              static_cast<long long>(k), n, glu ? " glu" : "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -580,6 +620,10 @@ int main(int argc, char** argv) {
   if (!lt.is_ok()) {
     std::fprintf(stderr, "%s\n", lt.message().c_str());
     return 1;
+  }
+  if (only == "qgemv-one") {
+    profile_qgemv_one(s, argc, argv);
+    return 0;
   }
   if (only == "profile-decode") {
     profile_decode_once(s, prop.multiProcessorCount);

@@ -43,12 +43,22 @@ std::vector<float> decode_packed(cuda::QFormat f, const Tensor& w) {
   backend()->download(bytes.data(), w.data, bytes.size());
   const size_t row = cuda::qweight_row_bytes(f, k), soff = cuda::qweight_scales_offset(f, m, k);
   std::vector<float> out(static_cast<size_t>(m * k));
+  if (f == cuda::QFormat::Int4) {  // the last tile's rows past m carry scale 0 (the GEMV reads them)
+    const int64_t groups = cuda::qweight_k_pad(f, k) / cuda::kQGroup;
+    for (int64_t r = m; r < (m + 15) / 16 * 16; ++r)
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        uint16_t sb;
+        std::memcpy(&sb, &bytes[soff + static_cast<size_t>(cuda::qweight_int4_scale_index(groups, r, gi) * 2)], 2);
+        EXPECT_EQ(sb, 0) << "padding scale of row " << r << " group " << gi << " (m " << m << ")";
+      }
+  }
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       float v;
       if (f == cuda::QFormat::Int4) {
         uint16_t sb;
-        std::memcpy(&sb, &bytes[soff + static_cast<size_t>(((c / 128) * m + r) * 2)], 2);
+        const int64_t groups = cuda::qweight_k_pad(f, k) / cuda::kQGroup;
+        std::memcpy(&sb, &bytes[soff + static_cast<size_t>(cuda::qweight_int4_scale_index(groups, r, c / 128) * 2)], 2);
         uint32_t word;
         const int64_t e = c % 32, j = e % 8;
         std::memcpy(&word, &bytes[r * row + static_cast<size_t>((c / 32) * 16 + (e / 8) * 4)], 4);

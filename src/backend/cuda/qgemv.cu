@@ -104,9 +104,8 @@ template <QFormat F, int S>
 struct Streams {
   const uint8_t* row_lo[S];
   const uint8_t* row_hi[S];
-  const __nv_bfloat16* sc_lo[S];  // int4 scales of this row at group 0 (stride m)
+  const __nv_bfloat16* sc_lo[S];  // int4 scales of rows g, g + 8 at group 0 (stride 16: qweight_int4_scale_index)
   const __nv_bfloat16* sc_hi[S];
-  int64_t m[S];
 };
 
 template <QFormat F, int S>
@@ -118,8 +117,8 @@ __device__ __forceinline__ void load_unit(Stage (&st)[S], const Streams<F, S>& w
     st[s].lo = load_stream_16(ws.row_lo[s] + off);
     st[s].hi = load_stream_16(ws.row_hi[s] + off);
     if constexpr (F == QFormat::Int4) {
-      const uint32_t a = __bfloat16_as_ushort(ws.sc_lo[s][unit * ws.m[s]]);
-      const uint32_t b = __bfloat16_as_ushort(ws.sc_hi[s][unit * ws.m[s]]);
+      const uint32_t a = __bfloat16_as_ushort(ws.sc_lo[s][unit * 16]);
+      const uint32_t b = __bfloat16_as_ushort(ws.sc_hi[s][unit * 16]);
       st[s].s = a | (b << 16);
     }
   }
@@ -213,9 +212,9 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(const QArgs A) {
     const void* sc = s == 0 ? sc0 : A.scales[1];
     ws.row_lo[s] = w + r_lo * A.row_bytes;
     ws.row_hi[s] = w + r_hi * A.row_bytes;
-    ws.sc_lo[s] = static_cast<const __nv_bfloat16*>(sc) + r_lo;
-    ws.sc_hi[s] = static_cast<const __nv_bfloat16*>(sc) + r_hi;
-    ws.m[s] = m;
+    // (rows past m read their own scale, 0, in the tile's padding)
+    ws.sc_lo[s] = static_cast<const __nv_bfloat16*>(sc) + qweight_int4_scale_index(A.n_units, row0 + g, 0);
+    ws.sc_hi[s] = static_cast<const __nv_bfloat16*>(sc) + qweight_int4_scale_index(A.n_units, row0 + g + 8, 0);
   }
 
   float acc[S][4];

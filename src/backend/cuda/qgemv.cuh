@@ -11,7 +11,9 @@
 //     fp8:  k_pad bytes a row, plain e4m3 (cuBLASLt reads them as they are).
 //     int8: k_pad bytes a row, two's complement q in [-127, 127]; the value is q * scale.
 //   then, at a 256-byte aligned offset, the scales:
-//     int4: bf16 [k_pad / 128][m] (group-major: the 16 rows of a GEMV tile share a sector);
+//     int4: bf16 [ceil(m / 16)][k_pad / 128][16] (qweight_int4_scale_index: for each 16-row GEMV
+//           tile and group, the tile's 16 scales are 32 contiguous aligned bytes, which the
+//           staged GEMV copies with two 16-byte cp.async; rows past m have scale 0);
 //     fp8, int8: f32 [m].
 // The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) / Q8_0 (int8) with their
 // logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
@@ -48,8 +50,12 @@ EMBER_QHD inline size_t qweight_row_bytes(QFormat f, int64_t k) {
 EMBER_QHD inline size_t qweight_scales_offset(QFormat f, int64_t m, int64_t k) {
   return (qweight_row_bytes(f, k) * static_cast<size_t>(m) + 255) / 256 * 256;
 }
+// Element index of the int4 scale of (row, group) among the scales (groups = k_pad / 128).
+EMBER_QHD inline int64_t qweight_int4_scale_index(int64_t groups, int64_t row, int64_t group) {
+  return ((row / 16) * groups + group) * 16 + row % 16;
+}
 EMBER_QHD inline size_t qweight_scales_bytes(QFormat f, int64_t m, int64_t k) {
-  return f == QFormat::Int4 ? static_cast<size_t>(qweight_k_pad(f, k) / kQGroup * m) * 2
+  return f == QFormat::Int4 ? static_cast<size_t>(qweight_k_pad(f, k) / kQGroup * ((m + 15) / 16 * 16)) * 2
                             : static_cast<size_t>(m) * 4;
 }
 EMBER_QHD inline size_t qweight_bytes(QFormat f, int64_t m, int64_t k) {

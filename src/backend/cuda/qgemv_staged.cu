@@ -8,7 +8,9 @@
 // mma.m16n8k16 A fragments whose k order is the lane's own slice. What differs, to cut the
 // instructions per weight and keep more bytes in flight:
 //   - the weights go through a cp.async ring of lane-private shared-memory slots (8 units a
-//     warp, 4 for gate/up), each lane reading back only the bytes it copied (no barrier);
+//     warp, 4 for gate/up), each lane reading back only the bytes it copied (no barrier); int4
+//     scales ride in the same slots (the tile's 16 of the unit, copied by lanes 0 and 1, read by
+//     all after a __syncwarp), so no plain global load waits inside the loop;
 //   - x is converted once per block (after griddepcontrol.wait) to BF16 in shared memory, laid
 //     out so that a lane's B fragments for a unit are 2-4 conflict-free 16-byte loads (the
 //     slice of lane t at j * 64 + t * 16 of the unit); batch rows >= n read a zero block.
@@ -43,12 +45,18 @@ namespace {
 
 constexpr int kWarps = 8;
 // Units in flight per warp: each is 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream,
-// copied by cp.async into a ring of lane-private shared-memory slots (64 KiB a block).
+// copied by cp.async into a ring of lane-private shared-memory slots, and for int4 the unit's 16
+// group scales of the tile (32 bytes a stream, copied by lanes 0 and 1, read by all after a
+// __syncwarp): 64 KiB a block, int4 66 KiB.
 template <int S>
 constexpr int stages() { return S == 1 ? 8 : 4; }
-constexpr size_t kRingBytes = size_t{kWarps} * 8 * 1024;
-constexpr int kZeroBytes = 256;                         // zero B fragments for batch rows >= n
-constexpr size_t kMaxSmem = kRingBytes + 64 * 1024;     // dynamic shared memory the staged path may take
+constexpr int kScaleBytes = 32;  // int4: one unit's scales of a 16-row tile
+template <QFormat F, int S>
+constexpr int slot_bytes() { return S * (1024 + (F == QFormat::Int4 ? kScaleBytes : 0)); }
+constexpr size_t ring_bytes(QFormat f) { return size_t{kWarps} * 8 * (1024 + (f == QFormat::Int4 ? kScaleBytes : 0)); }
+constexpr int kZeroBytes = 256;  // zero B fragments for batch rows >= n
+// Dynamic shared memory the staged path may take.
+constexpr size_t max_smem(QFormat f) { return ring_bytes(f) + 64 * 1024; }
 
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
@@ -60,7 +68,7 @@ int staged_x_stride(QFormat f, int64_t k) {
 }
 size_t staged_smem(QFormat f, int n, int64_t k) {  // the ring, then x (see stage_x)
   const size_t units = static_cast<size_t>(qweight_k_pad(f, k) / qformat_unit(f));
-  return kRingBytes + static_cast<size_t>(n) * staged_x_stride(f, k) + kZeroBytes +
+  return ring_bytes(f) + static_cast<size_t>(n) * staged_x_stride(f, k) + kZeroBytes +
          (f == QFormat::Int4 ? units * 8 * 4 : 0);
 }
 
@@ -138,9 +146,7 @@ template <int S>
 struct TilePtrs {
   const uint8_t* lo[S];
   const uint8_t* hi[S];
-  const __nv_bfloat16* sl[S];
-  const __nv_bfloat16* sh[S];
-  int64_t m;
+  const uint8_t* sc[S];  // int4: the tile's scales of this warp's first unit, + lane * 16 (lanes 0, 1 copy)
 };
 
 // Segment of a tile, selected with constant indices (A stays in parameter space).
@@ -176,26 +182,26 @@ __device__ __forceinline__ void tile_ptrs(const SArgs& A, int tile, int g, int t
     const void* sc = s == 0 ? sg.sc : A.scales[1];
     p.lo[s] = w + r_lo * A.row_bytes + warp * 64 + t * 16;
     p.hi[s] = w + r_hi * A.row_bytes + warp * 64 + t * 16;
-    p.sl[s] = static_cast<const __nv_bfloat16*>(sc) + r_lo + warp * sg.m;
-    p.sh[s] = static_cast<const __nv_bfloat16*>(sc) + r_hi + warp * sg.m;
+    p.sc[s] = static_cast<const uint8_t*>(sc) +
+              2 * qweight_int4_scale_index(A.n_units, row0, warp) + (g == 0 && t < 2 ? t * 16 : 0);
   }
-  p.m = sg.m;
 }
 
 // Issues the copies of the unit `j` units past this warp's first one into ring slot `slot`
-// (this lane's 16 bytes of rows g, g + 8 per stream at slot + (2 s + h) * 512 + lane * 16) and
-// loads the int4 scales into sc.
+// (this lane's 16 bytes of rows g, g + 8 per stream at slot + (2 s + h) * 512 + lane * 16; int4:
+// lanes 0 and 1 also copy the unit's 16 scales of the tile to slot - lane * 16 + S * 1024 + s * 32).
+// The scales travel in the same commit group as the weights: loaded into registers with plain
+// loads, every use waited out the newest load's DRAM latency (H200 ncu of the int4 lm_head GEMV:
+// 26% of the stall samples on the scale loads' consumer; loads share a scoreboard).
 template <QFormat F, int S>
-__device__ __forceinline__ void load_stage(uint32_t slot, uint32_t (&sc)[S], const TilePtrs<S>& p, int j) {
+__device__ __forceinline__ void load_stage(uint32_t slot, bool copies_scales, const TilePtrs<S>& p, int j) {
   const int64_t off = static_cast<int64_t>(j) * 64;
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     cp_async16(slot + (2 * s) * 512, p.lo[s] + off);
     cp_async16(slot + (2 * s + 1) * 512, p.hi[s] + off);
     if constexpr (F == QFormat::Int4) {
-      const int64_t so = static_cast<int64_t>(j) * p.m;
-      sc[s] = static_cast<uint32_t>(__bfloat16_as_ushort(p.sl[s][so])) |
-              (static_cast<uint32_t>(__bfloat16_as_ushort(p.sh[s][so])) << 16);
+      if (copies_scales) cp_async16(slot + S * 1024 + s * kScaleBytes, p.sc[s] + static_cast<int64_t>(j) * kScaleBytes);
     }
   }
 }
@@ -274,9 +280,9 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem) {
 }
 
 // acc += one unit's products: the weights of ring slot `slot`, x B fragments at xb (+ j * 64),
-// int4: the unit's x sums at xs and the group scales sc.
+// int4: the unit's x sums at xs and the group scales of rows g, g + 8 at sc (+ s * 32).
 template <QFormat F, int S>
-__device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint32_t (&sc)[S], const uint8_t* xb_ptr,
+__device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint8_t* sc, const uint8_t* xb_ptr,
                                              const float* xs_ptr, float (&acc)[S][4]) {
   uint4 xb[SFmt<F>::kXVec];
 #pragma unroll
@@ -296,7 +302,8 @@ __device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint32_t
         mma_k16(pb, i4pair(lo[i], 2), i4pair(hi[i], 2), i4pair(lo[i], 3), i4pair(hi[i], 3), (&xb[i].x)[2],
                  (&xb[i].x)[3]);
       }
-      const float sl = bf16_lo(sc[s]), sh = bf16_hi(sc[s]);
+      const float sl = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(sc + s * kScaleBytes));
+      const float sh = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(sc + s * kScaleBytes + 16));
       acc[s][0] = fmaf(sl, fmaf(-136.0f, xs.x, pa[0] + pb[0]), acc[s][0]);
       acc[s][1] = fmaf(sl, fmaf(-136.0f, xs.y, pa[1] + pb[1]), acc[s][1]);
       acc[s][2] = fmaf(sh, fmaf(-136.0f, xs.x, pa[2] + pb[2]), acc[s][2]);
@@ -328,17 +335,27 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   const int g = lane / 4, t = lane % 4;
   const int n_units = A.n_units, n_chunks = A.n_chunks, n_tiles = A.n_tiles;
   int tile = blockIdx.x;
-  // This warp's ring: slot p at ring + p * S * 1024 (kStages * S = 8 KiB a warp).
-  const uint32_t ring = smem_addr(smem_all) + warp * (kStages * S * 1024) + lane * 16;
-  const uint8_t* ring_ptr = smem_all + warp * (kStages * S * 1024) + lane * 16;
-  uint8_t* smem = smem_all + kRingBytes;
+  // This warp's ring: slot p at ring + p * kSlot (kStages * S = 8 units a warp).
+  constexpr int kSlot = slot_bytes<F, S>();
+  const uint32_t ring = smem_addr(smem_all) + warp * (kStages * kSlot) + lane * 16;
+  const uint8_t* ring_ptr = smem_all + warp * (kStages * kSlot) + lane * 16;
+  // int4: this lane's scale of row g in slot 0 (row g + 8's is 16 bytes on).
+  const uint8_t* scale_ptr = smem_all + warp * (kStages * kSlot) + S * 1024 + g * 2;
+  const bool copies_scales = lane < 2;
+  uint8_t* smem = smem_all + ring_bytes(F);
+  if constexpr (F == QFormat::Int4) {  // slots never loaded hold finite scales (their x is the zero block)
+#pragma unroll
+    for (int p = 0; p < kStages; ++p)
+      if (lane < S * kScaleBytes / 4)
+        reinterpret_cast<uint32_t*>(smem_all + warp * (kStages * kSlot) + p * kSlot + S * 1024)[lane] = 0;
+    __syncwarp();
+  }
 
   TilePtrs<S> lp;
   tile_ptrs<S>(A, tile, g, t, warp, lp);
-  uint32_t sc[kStages][S] = {};  // finite even for slots never loaded (their x is the zero block)
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
-    if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * S * 1024, sc[p], lp, kWarps * p);
+    if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
     cp_commit();
   }
   pdl_wait();
@@ -354,8 +371,34 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   const uint8_t* zero_xb = smem + A.n * A.x_stride + t * 16;
   const float* zero_xs = reinterpret_cast<const float*>(smem + A.n * A.x_stride) + 2 * t;
 
+  // Epilogue thread (l, v) = (threadIdx.x / 4, threadIdx.x % 4) of the reduction below: lane l's
+  // accumulator v = row (l / 4) + 8 * (v / 2) of the tile, batch column 2 (l % 4) + v % 2.
+  const int64_t red_row = threadIdx.x / 16 + 8 * ((threadIdx.x % 4) / 2);
+  const int red_col = 2 * ((threadIdx.x / 4) % 4) + threadIdx.x % 2;
   int buf = 0;
   for (; tile < n_tiles; tile += gridDim.x) {
+    // The epilogue's global reads (fp8 / int8 row scales, bias, the accumulated output), issued
+    // when the tile starts: read in the epilogue, every reduction waited out a memory
+    // latency while the other warps sat at the barrier (H200 ncu, fp8 lm_head GEMV: 15% of the
+    // stall samples on the scale, 24% at the barrier).
+    float row_scale[S], bias_v = 0.0f, out_v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < S; ++s) row_scale[s] = 1.0f;
+    if (threadIdx.x < 128) {
+      const Seg sg = seg_of<kGlu>(A, tile);
+      const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
+      const int col = red_col;
+      if (row < sg.m && col < A.n) {
+        if constexpr (F != QFormat::Int4) {
+#pragma unroll
+          for (int s = 0; s < S; ++s) row_scale[s] = __ldg(static_cast<const float*>(s == 0 ? sg.sc : A.scales[1]) + row);
+        }
+        if constexpr (!kGlu) {
+          if (sg.bias) bias_v = __ldg(sg.bias + row);
+          if (sg.accumulate) out_v = sg.out[col * sg.m + row];
+        }
+      }
+    }
     float acc[S][4];
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -375,19 +418,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
 #pragma unroll
       for (int p = 0; p < kStages; p += P) {
         cp_wait<kStages - P>();  // this lane's copies of slots p..p+P-1 (the oldest groups) have landed
+        if constexpr (F == QFormat::Int4) __syncwarp();  // and so have lanes 0 and 1's scales
         if (u0 + kWarps * p < n_units) {
 #pragma unroll
           for (int q = 0; q < P; ++q) {
             const bool ok = u0 + kWarps * (p + q) < n_units;
-            compute_unit<F, S>(ring_ptr + (p + q) * S * 1024, sc[p + q],
+            compute_unit<F, S>(ring_ptr + (p + q) * kSlot, scale_ptr + (p + q) * kSlot,
                                ok ? xb_c + (p + q) * kWarps * xb_step : zero_xb,
                                ok ? xs_c + (p + q) * kWarps * 8 : zero_xs, acc);
           }
         }
+        if constexpr (F == QFormat::Int4) __syncwarp();  // every lane has read the scales lanes 0, 1 overwrite
 #pragma unroll
         for (int q = 0; q < P; ++q) {
           const int nj = kWarps * (nc * kStages + p + q);
-          if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + (p + q) * S * 1024, sc[p + q], lp, nj);
+          if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + (p + q) * kSlot, copies_scales, lp, nj);
           cp_commit();
         }
       }
@@ -396,11 +441,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
     __syncthreads();
     if (threadIdx.x < 128) {
-      // Thread (l, v): lane l's accumulator v = row (l / 4) + 8 * (v / 2), batch column 2 (l % 4) + v % 2.
       const int l = threadIdx.x / 4, v = threadIdx.x % 4;
       const Seg sg = seg_of<kGlu>(A, tile);
-      const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + l / 4 + 8 * (v / 2);
-      const int col = 2 * (l % 4) + (v % 2);
+      const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
+      const int col = red_col;
       if (row < sg.m && col < A.n) {
         float sum[S];
 #pragma unroll
@@ -408,8 +452,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
           float z = 0.0f;
 #pragma unroll
           for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
-          if constexpr (F != QFormat::Int4)
-            z *= static_cast<const float*>(s == 0 ? sg.sc : A.scales[1])[row] * SFmt<F>::kSumScale;
+          if constexpr (F != QFormat::Int4) z *= row_scale[s] * SFmt<F>::kSumScale;
           sum[s] = z;
         }
         const int64_t i = col * sg.m + row;
@@ -418,8 +461,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
           if (A.up_out) A.up_out[i] = sum[1];
           A.glu_out[i] = glu_act(sum[0], A.gelu) * sum[1];
         } else {
-          const float y = sum[0] + (sg.bias ? sg.bias[row] : 0.0f);
-          sg.out[i] = sg.accumulate ? sg.out[i] + y : y;
+          const float y = sum[0] + bias_v;
+          sg.out[i] = sg.accumulate ? out_v + y : y;
         }
       }
     }
@@ -429,7 +472,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
 
 // Resident blocks of kernel with smem bytes of dynamic shared memory, times the SMs (cached).
 template <typename K>
-int resident_blocks(K kernel, size_t smem) {
+int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem) {
   struct Entry {
     const void* fn;
     int dev;
@@ -446,7 +489,7 @@ int resident_blocks(K kernel, size_t smem) {
     if (cache[i].fn == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev && cache[i].smem == smem)
       return cache[i].blocks;
   int per_sm = 0, sms = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSmem)) !=
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_dynamic_smem)) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
@@ -468,7 +511,7 @@ cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
   const bool pair = pair_env < 0 ? F != QFormat::Int4 : pair_env == 1;
   auto kernel = pair ? qgemv_staged_kernel<F, S, 2> : qgemv_staged_kernel<F, S, 1>;
   const size_t smem = staged_smem(F, A.n, A.k);
-  const int resident = resident_blocks(kernel, smem);
+  const int resident = resident_blocks(kernel, smem, max_smem(F));
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const int grid = A.n_tiles < resident ? A.n_tiles : resident;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
@@ -484,7 +527,7 @@ cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
 }  // namespace
 
 bool qgemv_staged_fits(QFormat f, int n, int64_t k) {
-  return n >= 1 && n <= kQGemvMaxBatch && staged_smem(f, n, k) <= kMaxSmem;
+  return n >= 1 && n <= kQGemvMaxBatch && staged_smem(f, n, k) <= max_smem(f);
 }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {

@@ -44,7 +44,7 @@ __global__ void pack_int4_kernel(int src_type, const void* src, int64_t r0, int6
   const int64_t row = r0 + r;
   if (lane == 0) {
     auto* scales = reinterpret_cast<__nv_bfloat16*>(dst + qweight_scales_offset(QFormat::Int4, m, k));
-    scales[grp * m + row] = d;
+    scales[qweight_int4_scale_index(n_groups, row, grp)] = d;
   }
   // Lane L holds elements 4L..4L+3 of the group: slice L / 8, word (L % 8) / 2, pairs
   // p0 = 2 (L % 2) and p0 + 1 (elements e, e+1 -> pair p0; e+2, e+3 -> pair p0 + 1).
@@ -106,7 +106,7 @@ __global__ void dequant_kernel(QFormat f, const uint8_t* w, int64_t m, int64_t k
   float v[8];
   if (f == QFormat::Int4) {
     const auto* scales = reinterpret_cast<const __nv_bfloat16*>(w + qweight_scales_offset(f, m, k));
-    const float s = __bfloat162float(scales[(c / kQGroup) * m + row]);
+    const float s = __bfloat162float(scales[qweight_int4_scale_index(qweight_k_pad(f, k) / kQGroup, row, c / kQGroup)]);
     // Elements c..c+7 are word (c % 32) / 8 of slice c / 32.
     const uint32_t word = *reinterpret_cast<const uint32_t*>(rowp + (c / 32) * 16 + ((c % 32) / 8) * 4);
 #pragma unroll
@@ -188,6 +188,13 @@ cudaError_t launch_qweight_pack(QFormat f, int src_type, const void* src, int64_
   if (f == QFormat::Int4) {
     const int64_t n_groups = qweight_k_pad(f, k) / kQGroup;
     pack_int4_kernel<<<blocks_for(nr * n_groups, 8), 256, 0, stream>>>(src_type, src, r0, nr, m, k, n_groups, d);
+    if (r0 + nr == m && m % 16 != 0) {  // the last tile's rows past m: scale 0 (the GEMV reads them)
+      auto* pad = reinterpret_cast<__nv_bfloat16*>(d + qweight_scales_offset(f, m, k)) +
+                  qweight_int4_scale_index(n_groups, m, 0);
+      const cudaError_t e = cudaMemset2DAsync(pad, 32, 0, static_cast<size_t>(16 - m % 16) * 2,
+                                              static_cast<size_t>(n_groups), stream);
+      if (e != cudaSuccess) return e;
+    }
   } else {
     const auto grid = static_cast<unsigned>(nr);
     const int64_t k_pad = qweight_k_pad(f, k);
