@@ -138,9 +138,9 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   CK(cudaFree(ws));
 }
 
-// Packed int4 / fp8 / int8 GEMV (tensor cores, dequantized in registers) at batch 1, 4 and 8, and the
-// gate/up + GLU launch; GB/s of packed bytes (weights + scales) read. Then the FP8 cuBLASLt GEMM
-// (x quantized per row + scale epilogue) against BF16 cuBLASLt for a batch of 256.
+// Packed int4 / fp8 / int8 GEMV (tensor cores, dequantized in registers) at batch 1, 3, 4 and 8,
+// and the gate/up + GLU launch at 1 and 8; GB/s of packed bytes (weights + scales) read. Then the
+// FP8 cuBLASLt GEMM (x quantized per row + scale epilogue) against BF16 cuBLASLt for a batch of 256.
 void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   struct Shape { int64_t m, k; const char* what; };
   const Shape shapes[] = {{4096, 4096, "q/o proj"}, {6144, 4096, "qkv"}, {14336, 4096, "gate/up"},
@@ -165,10 +165,10 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       CK(launch_fill_random(DType::F32, x, 8 * sh.k, 3, -1.0f, 1.0f, s));
       const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
       const int per_graph = std::max(copies * 4, 16);
-      // Auto (the backend's pick: staged when x fits) at n = 1, 4, 8; the direct kernel beside it.
+      // Auto (the backend's pick: staged when x fits) at n = 1, 3, 4, 8; the direct kernel beside it.
       for (QGemvPath path : {QGemvPath::Auto, QGemvPath::Direct}) {
         const char* pname = path == QGemvPath::Auto ? "" : " direct";
-        for (int n : {1, 4, 8}) {
+        for (int n : {1, 3, 4, 8}) {
           if (path == QGemvPath::Direct && n == 4) continue;
           const double ms = time_graph(s, per_graph, 9, [&](int i) {
             QGemvSeg seg;
@@ -182,15 +182,17 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
           std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f MB", ms * 1e3, 100.0 * gbs / copy_gbs, qbytes / 1e6);
           result("qgemv", std::string("ember ") + fname + pname + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
         }
-        if (sh.m == 14336) {  // gate and up (two copies of the matrix) with the GLU epilogue
+        for (int n : {1, 8}) {
+          if (sh.m != 14336) break;  // gate and up (two copies of the matrix) with the GLU epilogue
           const double ms = time_graph(s, per_graph, 9, [&](int i) {
-            CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, 1, sh.m, sh.k, false, y, nullptr,
+            CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, n, sh.m, sh.k, false, y, nullptr,
                                 nullptr, true, s, path));
           });
           const double gbs = 2.0 * qbytes / (ms * 1e-3) / 1e9;
           char note[96];
           std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
-          result("qgemv", std::string("ember ") + fname + pname + " gate/up+GLU n=1 2x" + shape, gbs, "GB/s", note);
+          result("qgemv", std::string("ember ") + fname + pname + " gate/up+GLU n=" + std::to_string(n) + " 2x" + shape,
+                 gbs, "GB/s", note);
         }
       }
       if (f == QFormat::Fp8 && sh.m == 14336) {

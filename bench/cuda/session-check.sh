@@ -6,7 +6,8 @@
 # Binaries built elsewhere: BIN_TAR (an .tar.xz of ember, test_cuda_backend, test_cuda_model,
 # test_cuda_sampling, bench_cuda_kernels); SETUP=1 unpacks the .deb files in DEB_DIR first
 # (see device-setup.sh). LOG_DIR (default $OUT) gets one log per part and summary.txt.
-#   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv).
+#   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv),
+#   SMALL_BATCH (weight formats of an 8 x 128/256 run at concurrency 8; default none).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${DEB_DIR:-$root/.devdeps}
@@ -46,6 +47,11 @@ for run in ${THROUGHPUT:-fp8:fp8_e4m3 auto:fp8_e4m3}; do
     --num-requests 256 --concurrency 256 --input-len 1000 --output-len 1000 --max-num-seqs 256 \
     --max-num-batched-tokens 8192 >>"$logs/throughput.log" 2>&1
   note "throughput 256 x 1000/1000 weights $fmt kv $kv: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms|mean_ttft_ms) ' "$logs/throughput.log" | tail -3 | tr -s ' ' | tr '\n' ' ')"
+done
+for fmt in ${SMALL_BATCH:-}; do
+  timeout 90 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --num-requests 8 \
+    --concurrency 8 --input-len 128 --output-len 256 --max-num-seqs 8 >>"$logs/small-batch.log" 2>&1
+  note "8 x 128/256 at concurrency 8, weights $fmt: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms) ' "$logs/small-batch.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
 done
 echo "================ summary ($(( $(date +%s) - start )) s) ================"
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
