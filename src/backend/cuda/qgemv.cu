@@ -301,14 +301,15 @@ const void* scales_of(QFormat f, const void* w, int64_t m, int64_t k) {
   return static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
 }
 
-// Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or x does not fit.
-bool use_staged(QGemvPath path, QFormat f, int n, int64_t k) {
+// Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or x does not
+// fit (plain: no GLU, no norm folded, which may take the 4-unit ring).
+bool use_staged(QGemvPath path, QFormat f, int n, int64_t k, bool plain = false) {
   static const bool env_direct = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV");
     return e != nullptr && std::strcmp(e, "direct") == 0;
   }();
   if (path == QGemvPath::Direct || (path == QGemvPath::Auto && env_direct)) return false;
-  return path == QGemvPath::Staged || qgemv_staged_fits(f, n, k);
+  return path == QGemvPath::Staged || (plain ? qgemv_staged_fits_plain(f, n, k) : qgemv_staged_fits(f, n, k));
 }
 
 }  // namespace
@@ -344,7 +345,7 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   A.n_segs = used;
   A.n_tiles = tiles;
   if (norm) A.norm = *norm;
-  if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
+  if (use_staged(path, f, n, k, /*plain=*/!(norm && norm->w))) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
   return launch<1>(f, A, pdl, stream);
 }
 

@@ -154,7 +154,9 @@ struct QGemvProblem {
 };
 
 // The staged kernel (qgemv_staged.cu), reached through the two launchers above.
-bool qgemv_staged_fits(QFormat f, int n, int64_t k);  // n rows of BF16 x fit its shared memory
+bool qgemv_staged_fits(QFormat f, int n, int64_t k);  // n rows of BF16 x fit beside its 8-unit ring
+// ... or, for a plain int4 GEMV (no GLU, no norm folded), beside its 4-unit ring at two blocks an SM.
+bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k);
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream);
 
 }  // namespace ember::cuda

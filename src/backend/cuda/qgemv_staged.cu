@@ -44,19 +44,27 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-// Units in flight per warp: each is 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream,
-// copied by cp.async into a ring of lane-private shared-memory slots, and for int4 the unit's 16
-// group scales of the tile (32 bytes a stream, copied by lanes 0 and 1, read by all after a
-// __syncwarp): 64 KiB a block, int4 66 KiB.
-template <int S>
-constexpr int stages() { return S == 1 ? 8 : 4; }
+// Units in flight per warp (R): 8, or 4 for a plain int4 GEMV whose x is too large for the 8-unit
+// ring (8 rows at k 4096), where the 4-unit ring still gives two blocks an SM (ring_units). Each unit is 1 KiB
+// of weights (32 lanes x 2 rows x 16 bytes) per stream, copied by cp.async into a ring of
+// lane-private shared-memory slots, and for int4 the unit's 16 group scales of the tile (32 bytes
+// a stream, copied by lanes 0 and 1, read by all after a __syncwarp): R = 8 takes 64 KiB a block,
+// int4 66 KiB. Stages: ring slots of S streams each.
+template <int S, int R>
+constexpr int stages() { return R / S; }
 constexpr int kScaleBytes = 32;  // int4: one unit's scales of a 16-row tile
 template <QFormat F, int S>
 constexpr int slot_bytes() { return S * (1024 + (F == QFormat::Int4 ? kScaleBytes : 0)); }
-constexpr size_t ring_bytes(QFormat f) { return size_t{kWarps} * 8 * (1024 + (f == QFormat::Int4 ? kScaleBytes : 0)); }
+constexpr size_t ring_bytes(QFormat f, int r) {
+  return size_t{kWarps} * r * (1024 + (f == QFormat::Int4 ? kScaleBytes : 0));
+}
 constexpr int kZeroBytes = 256;  // zero B fragments for batch rows >= n
-// Dynamic shared memory the staged path may take.
-constexpr size_t max_smem(QFormat f) { return ring_bytes(f) + 64 * 1024; }
+// Dynamic shared memory the 8-unit ring may take (one block an SM at the top of the range).
+constexpr size_t max_smem(QFormat f) { return ring_bytes(f, 8) + 64 * 1024; }
+// The plain kernel's static shared memory (reduction buffers, the norm's sums), and the dynamic
+// shared memory under which two of its blocks fit an H100 / H200 SM (228 KiB, 1 KiB reserved a block).
+constexpr size_t kPlainStaticSmem = size_t{2} * kWarps * 32 * 16 + (kXNormMaxRows * 32 + kXNormMaxRows) * 4;
+constexpr size_t kPlainTwoBlockSmem = (228 * 1024) / 2 - 1024 - kPlainStaticSmem;
 
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
@@ -66,10 +74,21 @@ struct SArgs : QGemvProblem {
 int staged_x_stride(QFormat f, int64_t k) {
   return static_cast<int>(qweight_k_pad(f, k) * 2 + 64);  // +64: rows g, g + 1 on other banks
 }
-size_t staged_smem(QFormat f, int n, int64_t k) {  // the ring, then x (see stage_x)
+size_t staged_smem(QFormat f, int r, int n, int64_t k) {  // the ring, then x (see stage_x)
   const size_t units = static_cast<size_t>(qweight_k_pad(f, k) / qformat_unit(f));
-  return ring_bytes(f) + static_cast<size_t>(n) * staged_x_stride(f, k) + kZeroBytes +
+  return ring_bytes(f, r) + static_cast<size_t>(n) * staged_x_stride(f, k) + kZeroBytes +
          (f == QFormat::Int4 ? units * 8 * 4 : 0);
+}
+// Ring units a warp: 8 when x fits beside the 8-unit ring; for a plain int4 GEMV (not GLU, no
+// norm folded) 4 when x fits beside that one with two blocks an SM; else 0 (direct kernel).
+// Batches of 8 rows at k 4096 (q/k/v, o, lm_head) take the 4-unit ring for int4, whose direct
+// kernel runs at 550-800 GB/s there: 8 x 128/256 decode +7-13% end to end (H200, session 11).
+// Not fp8 / int8: their direct kernel is faster at 8 rows, and the same change lost 4% end to
+// end; not with the norm folded: every block would read all of x twice (fp8 lost 16% with it).
+int ring_units(QFormat f, bool plain, int n, int64_t k) {
+  if (n < 1 || n > kQGemvMaxBatch) return 0;
+  if (staged_smem(f, 8, n, k) <= max_smem(f)) return 8;
+  return plain && f == QFormat::Int4 && staged_smem(f, 4, n, k) <= kPlainTwoBlockSmem ? 4 : 0;
 }
 
 // 16 bytes global -> shared (L2 only), one group per ring slot.
@@ -324,25 +343,25 @@ __device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint8_t*
   }
 }
 
-template <QFormat F, int S, int P>
+template <QFormat F, int S, int P, int R>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
-  constexpr int kStages = stages<S>();
+  constexpr int kStages = stages<S, R>();
   extern __shared__ __align__(16) uint8_t smem_all[];
   __shared__ float4 red[2][kWarps][32][S];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int n_units = A.n_units, n_chunks = A.n_chunks, n_tiles = A.n_tiles;
   int tile = blockIdx.x;
-  // This warp's ring: slot p at ring + p * kSlot (kStages * S = 8 units a warp).
+  // This warp's ring: slot p at ring + p * kSlot (kStages * S = R units a warp).
   constexpr int kSlot = slot_bytes<F, S>();
   const uint32_t ring = smem_addr(smem_all) + warp * (kStages * kSlot) + lane * 16;
   const uint8_t* ring_ptr = smem_all + warp * (kStages * kSlot) + lane * 16;
   // int4: this lane's scale of row g in slot 0 (row g + 8's is 16 bytes on).
   const uint8_t* scale_ptr = smem_all + warp * (kStages * kSlot) + S * 1024 + g * 2;
   const bool copies_scales = lane < 2;
-  uint8_t* smem = smem_all + ring_bytes(F);
+  uint8_t* smem = smem_all + ring_bytes(F, R);
   if constexpr (F == QFormat::Int4) {  // slots never loaded hold finite scales (their x is the zero block)
 #pragma unroll
     for (int p = 0; p < kStages; ++p)
@@ -499,7 +518,7 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem) {
   return blocks;
 }
 
-template <QFormat F, int S>
+template <QFormat F, int S, int R>
 cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
   // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for int4, 2 for fp8
   // (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs 3416 with 2) and
@@ -509,35 +528,36 @@ cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
     return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
   }();
   const bool pair = pair_env < 0 ? F != QFormat::Int4 : pair_env == 1;
-  auto kernel = pair ? qgemv_staged_kernel<F, S, 2> : qgemv_staged_kernel<F, S, 1>;
-  const size_t smem = staged_smem(F, A.n, A.k);
+  auto kernel = pair ? qgemv_staged_kernel<F, S, 2, R> : qgemv_staged_kernel<F, S, 1, R>;
+  const size_t smem = staged_smem(F, R, A.n, A.k);
   const int resident = resident_blocks(kernel, smem, max_smem(F));
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const int grid = A.n_tiles < resident ? A.n_tiles : resident;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
-template <int S>
+template <int S, int R>
 cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
-  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S>(A, pdl, stream);
-  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S>(A, pdl, stream);
-  return launch_typed<QFormat::Fp8, S>(A, pdl, stream);
+  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S, R>(A, pdl, stream);
+  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S, R>(A, pdl, stream);
+  return launch_typed<QFormat::Fp8, S, R>(A, pdl, stream);
 }
 
 }  // namespace
 
-bool qgemv_staged_fits(QFormat f, int n, int64_t k) {
-  return n >= 1 && n <= kQGemvMaxBatch && staged_smem(f, n, k) <= max_smem(f);
-}
+bool qgemv_staged_fits(QFormat f, int n, int64_t k) { return ring_units(f, false, n, k) > 0; }
+bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k) { return ring_units(f, true, n, k) > 0; }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
-  if (!qgemv_staged_fits(f, p.n, p.k)) return cudaErrorInvalidValue;
+  const int r = ring_units(f, !glu && p.norm.w == nullptr, p.n, p.k);
+  if (r == 0) return cudaErrorInvalidValue;
   SArgs A;
   static_cast<QGemvProblem&>(A) = p;
   A.x_stride = staged_x_stride(f, p.k);
-  const int per_round = kWarps * (glu ? stages<2>() : stages<1>());
+  const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
   A.n_chunks = (A.n_units + per_round - 1) / per_round;
-  return glu ? launch_s<2>(f, A, pdl, stream) : launch_s<1>(f, A, pdl, stream);
+  if (glu) return launch_s<2, 8>(f, A, pdl, stream);
+  return r == 4 ? launch_s<1, 4>(f, A, pdl, stream) : launch_s<1, 8>(f, A, pdl, stream);
 }
 
 }  // namespace ember::cuda
