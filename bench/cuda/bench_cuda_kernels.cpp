@@ -138,6 +138,50 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   CK(cudaFree(ws));
 }
 
+// Copies of one packed [m, k] matrix (enough to stream 512 MiB, so L2 holds none between launches)
+// with x [8, k] and room for [8, 2 m] outputs, for the packed GEMV benches.
+struct PackedGemvData {
+  size_t qbytes = 0;
+  std::vector<void*> w;
+  float* x = nullptr;
+  float* y = nullptr;
+  PackedGemvData(QFormat f, int64_t m, int64_t k, int min_copies, cudaStream_t s) : qbytes(qweight_bytes(f, m, k)) {
+    w.resize(std::max<size_t>(min_copies, (size_t{512} << 20) / qbytes + 1));
+    void* src = dmalloc(static_cast<size_t>(m * k) * 2);
+    CK(launch_fill_random(DType::BF16, src, m * k, 10, -0.05f, 0.05f, s));
+    for (void*& p : w) {
+      p = dmalloc(qbytes);
+      CK(launch_qweight_pack(f, 2, src, 0, m, m, k, p, s));
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFree(src));
+    x = static_cast<float*>(dmalloc(static_cast<size_t>(8 * k) * 4));
+    y = static_cast<float*>(dmalloc(static_cast<size_t>(8 * m) * 4 * 2));
+    CK(launch_fill_random(DType::F32, x, 8 * k, 3, -1.0f, 1.0f, s));
+  }
+  PackedGemvData(const PackedGemvData&) = delete;
+  PackedGemvData& operator=(const PackedGemvData&) = delete;
+  ~PackedGemvData() {
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+  }
+  int copies() const { return static_cast<int>(w.size()); }
+  // Launch i: the GEMV of copy i (glu: gate copy i, up copy i + 1) at n rows.
+  void launch(int i, QFormat f, int64_t m, int64_t k, int n, bool glu, QGemvPath path, cudaStream_t s) const {
+    if (glu) {
+      CK(launch_qgemv_glu(f, w[i % copies()], w[(i + 1) % copies()], x, n, m, k, false, y, nullptr, nullptr, true, s,
+                          path));
+      return;
+    }
+    QGemvSeg seg;
+    seg.w = w[i % copies()];
+    seg.out = y;
+    seg.m = m;
+    CK(launch_qgemv_multi(f, &seg, 1, x, n, k, /*pdl=*/true, s, path));
+  }
+};
+
 // Packed int4 / fp8 / int8 GEMV (tensor cores, dequantized in registers) at batch 1, 3, 4 and 8,
 // and the gate/up + GLU launch at 1 and 8; GB/s of packed bytes (weights + scales) read. Then the
 // FP8 cuBLASLt GEMM (x quantized per row + scale epilogue) against BF16 cuBLASLt for a batch of 256.
@@ -149,20 +193,10 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
   for (QFormat f : {QFormat::Int4, QFormat::Fp8, QFormat::Int8}) {
     const char* fname = f == QFormat::Int4 ? "int4" : f == QFormat::Int8 ? "int8" : "fp8";
     for (const auto& sh : shapes) {
-      const size_t qbytes = qweight_bytes(f, sh.m, sh.k);
-      const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / qbytes + 1));
-      void* src = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);
-      CK(launch_fill_random(DType::BF16, src, sh.m * sh.k, 10, -0.05f, 0.05f, s));
-      std::vector<void*> w(copies);
-      for (int c = 0; c < copies; ++c) {
-        w[c] = dmalloc(qbytes);
-        CK(launch_qweight_pack(f, 2, src, 0, sh.m, sh.m, sh.k, w[c], s));
-      }
-      CK(cudaStreamSynchronize(s));
-      CK(cudaFree(src));
-      auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(8 * sh.k) * 4));
-      auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(8 * sh.m) * 4 * 2));
-      CK(launch_fill_random(DType::F32, x, 8 * sh.k, 3, -1.0f, 1.0f, s));
+      const PackedGemvData data(f, sh.m, sh.k, 2, s);
+      const size_t qbytes = data.qbytes;
+      const auto& w = data.w;
+      const int copies = data.copies();
       const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
       const int per_graph = std::max(copies * 4, 16);
       // Auto (the backend's pick: staged when x fits) at n = 1, 3, 4, 8; the direct kernel beside it.
@@ -170,13 +204,8 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
         const char* pname = path == QGemvPath::Auto ? "" : " direct";
         for (int n : {1, 3, 4, 8}) {
           if (path == QGemvPath::Direct && n == 4) continue;
-          const double ms = time_graph(s, per_graph, 9, [&](int i) {
-            QGemvSeg seg;
-            seg.w = w[i % copies];
-            seg.out = y;
-            seg.m = sh.m;
-            CK(launch_qgemv_multi(f, &seg, 1, x, n, sh.k, /*pdl=*/true, s, path));
-          });
+          const double ms =
+              time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, sh.m, sh.k, n, false, path, s); });
           const double gbs = qbytes / (ms * 1e-3) / 1e9;
           char note[96];
           std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f MB", ms * 1e3, 100.0 * gbs / copy_gbs, qbytes / 1e6);
@@ -184,10 +213,8 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
         }
         for (int n : {1, 8}) {
           if (sh.m != 14336) break;  // gate and up (two copies of the matrix) with the GLU epilogue
-          const double ms = time_graph(s, per_graph, 9, [&](int i) {
-            CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, n, sh.m, sh.k, false, y, nullptr,
-                                nullptr, true, s, path));
-          });
+          const double ms =
+              time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, sh.m, sh.k, n, true, path, s); });
           const double gbs = 2.0 * qbytes / (ms * 1e-3) / 1e9;
           char note[96];
           std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
@@ -224,9 +251,6 @@ void bench_qgemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
                std::to_string(msb * 1e3) + " us");
         for (void* p : {xq, static_cast<void*>(xn), static_cast<void*>(yn), wb, xb}) CK(cudaFree(p));
       }
-      for (void* p : w) CK(cudaFree(p));
-      CK(cudaFree(x));
-      CK(cudaFree(y));
     }
   }
   CK(cudaFree(ws));
@@ -579,29 +603,8 @@ void profile_qgemv_one(cudaStream_t s, int argc, char** argv) {
   const int64_t m = std::atoll(argv[3]), k = std::atoll(argv[4]);
   const int n = std::atoi(argv[5]);
   const bool glu = argc > 6 && std::string(argv[6]) == "glu";
-  const size_t qbytes = qweight_bytes(f, m, k);
-  const int copies = static_cast<int>(std::max<size_t>(3, (size_t{512} << 20) / qbytes + 1));
-  void* src = dmalloc(static_cast<size_t>(m * k) * 2);
-  CK(launch_fill_random(DType::BF16, src, m * k, 10, -0.05f, 0.05f, s));
-  std::vector<void*> w(copies);
-  for (auto& p : w) {
-    p = dmalloc(qbytes);
-    CK(launch_qweight_pack(f, 2, src, 0, m, m, k, p, s));
-  }
-  auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(8 * k) * 4));
-  auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(8 * m) * 4 * 2));
-  CK(launch_fill_random(DType::F32, x, 8 * k, 3, -1.0f, 1.0f, s));
-  for (int i = 0; i < 20; ++i) {
-    if (glu) {
-      CK(launch_qgemv_glu(f, w[i % copies], w[(i + 1) % copies], x, n, m, k, false, y, nullptr, nullptr, true, s));
-    } else {
-      QGemvSeg seg;
-      seg.w = w[i % copies];
-      seg.out = y;
-      seg.m = m;
-      CK(launch_qgemv_multi(f, &seg, 1, x, n, k, /*pdl=*/true, s));
-    }
-  }
+  const PackedGemvData data(f, m, k, 3, s);
+  for (int i = 0; i < 20; ++i) data.launch(i, f, m, k, n, glu, QGemvPath::Auto, s);
   CK(cudaStreamSynchronize(s));
   std::printf("qgemv-one %s %lldx%lld n=%d%s: 20 launches\n", fs.c_str(), static_cast<long long>(m),
               static_cast<long long>(k), n, glu ? " glu" : "");

@@ -22,7 +22,6 @@ size_t smem_bytes(int rows, int stages, int D, bool one_byte, size_t scale_bytes
   return static_cast<size_t>(rows + 2 * stages * kTileKeys) * D * 2;
 }
 
-
 // kWarps: prefill 4 or 8 (16 rows each); decode 4. kStages: K/V tiles in the cp.async ring.
 // kSoftcap: logit soft-capping compiled in (tanh per score) or out. kFp8: the cache holds
 // e4m3 / e5m2 / int8 bytes (T is then __half) instead of T; prefill only (one-byte decode has

@@ -140,7 +140,6 @@ __device__ __forceinline__ uint2 i8x4_scaled_f16x4(uint32_t w, __half2 scale2) {
   return make_uint2(h[0], h[1]);
 }
 
-
 // What one block covers: sequence seq, packed (token, head) rows [row0, row0 + rows) of its
 // n_rows, and the kTileKeys-key tiles from t_begin (n_tiles of them) over keys [kv_lo, kv_hi).
 struct AttnSpan {

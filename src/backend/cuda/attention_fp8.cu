@@ -221,10 +221,10 @@ __device__ __forceinline__ void store_o_fp8_order(float* s_o, int o_stride, cons
 // in paged_attn_mma_kernel; Q and P in F16.
 // INT8 (kFp8 == kKvI8): the MMAs see 1152 + q (exact in F16; the offset comes off afterwards,
 // see kv4_to_f16x4); each key's K scale multiplies its score column (F32), and its V scale
-// multiplies its P column before P is rounded to F16. So that P stays in F16's normal range whatever the scales, a warp keeps P V
-// relative to a reference v_ref (the largest V scale it has met): P is p * v_scale / v_ref
-// (<= 1), O is rescaled when v_ref grows (rarely after the first tiles: a warp-uniform
-// branch), and multiplied by v_ref once at the end.
+// multiplies its P column before P is rounded to F16. So that P stays in F16's normal range
+// whatever the scales, a warp keeps P V relative to a reference v_ref (the largest V scale it
+// has met): P is p * v_scale / v_ref (<= 1), O is rescaled when v_ref grows (rarely after the
+// first tiles: a warp-uniform branch), and multiplied by v_ref once at the end.
 template <int D, int kStages, bool kSoftcap, int kFp8>
 __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kStages, D, kFp8 == kKvI8))
     paged_attn_fp8_decode_kernel(const Launch L) {

@@ -44,25 +44,25 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-// Units in flight per warp (R): 8, or 4 for a plain int4 GEMV whose x is too large for the 8-unit
-// ring (8 rows at k 4096), where the 4-unit ring still gives two blocks an SM (ring_units). Each unit is 1 KiB
-// of weights (32 lanes x 2 rows x 16 bytes) per stream, copied by cp.async into a ring of
-// lane-private shared-memory slots, and for int4 the unit's 16 group scales of the tile (32 bytes
-// a stream, copied by lanes 0 and 1, read by all after a __syncwarp): R = 8 takes 64 KiB a block,
-// int4 66 KiB. Stages: ring slots of S streams each.
+// Units in flight per warp (R): 8, or 4 for a plain int4 GEMV whose x is too large for the
+// 8-unit ring (8 rows at k 4096), where the 4-unit ring still gives two blocks an SM
+// (ring_units). Each unit is 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream, copied
+// by cp.async into a ring of lane-private shared-memory slots, and for int4 the unit's 16 group
+// scales of the tile (32 bytes a stream, copied by lanes 0 and 1, read by all after a
+// __syncwarp): R = 8 takes 64 KiB a block, int4 66 KiB. Stages: ring slots of S streams each.
 template <int S, int R>
 constexpr int stages() { return R / S; }
 constexpr int kScaleBytes = 32;  // int4: one unit's scales of a 16-row tile
+constexpr int unit_bytes(QFormat f) { return 1024 + (f == QFormat::Int4 ? kScaleBytes : 0); }
 template <QFormat F, int S>
-constexpr int slot_bytes() { return S * (1024 + (F == QFormat::Int4 ? kScaleBytes : 0)); }
-constexpr size_t ring_bytes(QFormat f, int r) {
-  return size_t{kWarps} * r * (1024 + (f == QFormat::Int4 ? kScaleBytes : 0));
-}
+constexpr int slot_bytes() { return S * unit_bytes(F); }
+constexpr size_t ring_bytes(QFormat f, int r) { return size_t{kWarps} * r * unit_bytes(f); }
 constexpr int kZeroBytes = 256;  // zero B fragments for batch rows >= n
 // Dynamic shared memory the 8-unit ring may take (one block an SM at the top of the range).
 constexpr size_t max_smem(QFormat f) { return ring_bytes(f, 8) + 64 * 1024; }
-// The plain kernel's static shared memory (reduction buffers, the norm's sums), and the dynamic
-// shared memory under which two of its blocks fit an H100 / H200 SM (228 KiB, 1 KiB reserved a block).
+// The plain kernel's static shared memory (reduction buffers `red`, the norm's sums in stage_x),
+// and the dynamic shared memory under which two of its blocks fit an H100 / H200 SM (228 KiB,
+// 1 KiB reserved a block).
 constexpr size_t kPlainStaticSmem = size_t{2} * kWarps * 32 * 16 + (kXNormMaxRows * 32 + kXNormMaxRows) * 4;
 constexpr size_t kPlainTwoBlockSmem = (228 * 1024) / 2 - 1024 - kPlainStaticSmem;
 
