@@ -6,6 +6,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/smem_limit.h"
 
 #include <cuda_runtime.h>
 
@@ -488,15 +489,12 @@ __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSp
 }
 
 // Launches the soft-capped or the plain instantiation of a kernel, as L.a asks, with smem bytes
-// of dynamic shared memory, each kernel's limit raised once (at its first launch, which is never
-// inside a graph capture).
+// of dynamic shared memory, each kernel's limit raised once per GPU (smem_limit.h; the size of
+// its first launch there, which is never inside a graph capture).
 template <void (*kPlain)(Launch), void (*kCapped)(Launch)>
 cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 block, cudaStream_t stream) {
-  static const cudaError_t attr = [smem] {
-    const cudaError_t e = cudaFuncSetAttribute(kPlain, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(kCapped, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  }();
+  const void* kernel = reinterpret_cast<const void*>(L.a.softcap > 0.0f ? kCapped : kPlain);
+  const cudaError_t attr = raise_smem_limit(kernel, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
   return launch_kernel(L.a.softcap > 0.0f ? kCapped : kPlain, grid, block, smem, stream, L.a.pdl, L);
 }

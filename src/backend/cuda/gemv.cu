@@ -11,6 +11,7 @@
 // of a decode step.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/smem_limit.h"
 
 namespace ember::cuda {
 
@@ -188,9 +189,8 @@ cudaError_t launch(const MultiArgs& A, bool pdl, cudaStream_t stream) {
   const size_t smem = kSmemX ? static_cast<size_t>(N * A.k) * sizeof(float) : 0;
   if constexpr (kSmemX) {
     if (static_cast<int64_t>(smem) > kGemvMaxSmemX) return cudaErrorInvalidValue;
-    // Once per kernel: the limit, not this launch's size (and never inside a graph capture).
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemvMaxSmemX));
+    // Once per kernel and GPU: the limit, not this launch's size.
+    const cudaError_t attr = raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(kGemvMaxSmemX));
     if (attr != cudaSuccess) return attr;
   }
   constexpr int kTasks = kWarps / KS;  // row groups a block covers
