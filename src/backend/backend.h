@@ -135,6 +135,15 @@ class Backend {
     (void)ids;
     return Status::errorf("{}: no argmax_rows", name());
   }
+  // Tensor parallelism: out = the sum of `in` over the ranks of the group this backend
+  // belongs to (make_cpu_backend's group, join_cuda_tensor_parallel), queued in op order.
+  // Every rank calls it with the same shape, in the same order of collectives.   in, out
+  // F32, same shape; out may alias in. A backend outside a group has no such op.
+  virtual Status all_reduce_sum(const Tensor& in, Tensor& out) {
+    (void)in;
+    (void)out;
+    return Status::errorf("{}: not in a tensor-parallel group", name());
+  }
 };
 
 }  // namespace ember

@@ -29,9 +29,14 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--weight-format", o.weight_format,
                  "CUDA: matrices on the GPU as auto (bf16), bf16, int4 (group 128, quantized at load), fp8 (e4m3, per-row "
                  "scales) or int8 (per-row scales)");
+  app.add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
+                 "split the model over N ranks (heads and FFN columns, one all-reduce per block): GPUs cuda:0.. "
+                 "(NCCL) with --device cuda, else N groups of the CPU threads")
+      ->check(CLI::Range(1, 64));
   if (!engine_options) return;
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
-                 "KV cache size, e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from --gpu-memory-utilization on CUDA");
+                 "KV cache size (per rank with --tensor-parallel-size), e.g. 512MiB, 2GiB; auto: 1GiB on the CPU, from "
+                 "--gpu-memory-utilization on CUDA");
   app.add_option("--block-size", o.block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget per step (default 2048 on the CPU, 8192 on CUDA)")
       ->check(CLI::Range(1, 1 << 20));
@@ -98,6 +103,7 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   ro.batch_invariant = o.batch_invariant;
   ro.mmap = o.mmap;
   ro.weight_format = o.weight_format;
+  ro.tensor_parallel = o.tensor_parallel;
   auto source_probe = WeightSource::open(o.model);
   if (!source_probe.is_ok()) return source_probe.status();
   if (o.kv_dtype == "auto" && o.device.rfind("cuda", 0) == 0) {
@@ -125,8 +131,10 @@ Result<std::unique_ptr<ModelRunner>> load_runner(const ModelOptions& o) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   bar.finish();
   const auto& c = (*runner)->config();
-  EMBER_LOG_INFO("loaded {} ({} layers, d_model {}, vocab {}) in {:.2f}s on {}", c.arch_name, c.n_layers,
-                 c.d_model, c.n_vocab, secs, (*runner)->backend().name());
+  const int tp = (*runner)->tensor_parallel();
+  EMBER_LOG_INFO("loaded {} ({} layers, d_model {}, vocab {}) in {:.2f}s on {}{}", c.arch_name, c.n_layers,
+                 c.d_model, c.n_vocab, secs, (*runner)->backend().name(),
+                 tp > 1 ? fmt::format(" (rank 0 of {}, tensor parallel)", tp) : "");
   return runner;
 }
 

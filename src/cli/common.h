@@ -21,8 +21,9 @@ struct ModelOptions {
   bool batch_invariant = false;
   bool mmap = false;  // keep a GGUF file memory-mapped instead of reading it into memory
   std::string weight_format = "auto";
-  // KV cache size: "auto" = 1GiB on the CPU, on a GPU what gpu_memory_utilization of the free
-  // device memory leaves after the weights and activations.
+  int tensor_parallel = 1;  // ranks (GPUs, or CPU thread groups) a model is split over
+  // KV cache size per rank: "auto" = 1GiB on the CPU, on a GPU what gpu_memory_utilization of
+  // the free device memory leaves after the weights and activations.
   std::string kv_cache_memory = "auto";
   double gpu_memory_utilization = 0.9;
   int block_size = 16;

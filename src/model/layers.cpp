@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include "core/check.h"
+
 namespace ember {
 
 Tensor rows_view(const Tensor& t, int64_t rows, int64_t cols) {
@@ -23,11 +25,25 @@ Tensor heads_view(const Tensor& t, int64_t n, int heads, int head_dim) {
 }  // namespace
 
 namespace {
-// out = in @ w^T, or residual += in @ w^T when a residual is given.
-void project_out(Backend& be, const Tensor& in, const Tensor& w, Tensor& out, Tensor* residual) {
-  if (residual && be.matmul_accumulate(in, w, *residual)) return;
+void check(const Status& st) { EMBER_CHECK(st.is_ok(), "{}", st.message()); }
+
+// out = in @ w^T, or residual += in @ w^T when a residual is given. Tensor parallel: w holds
+// this rank's input columns, so the products are partial sums, added up over the ranks by one
+// all-reduce; rank 0 adds its product into the residual first (every rank holds the same
+// residual), the others send theirs alone.
+void project_out(LayerContext& ctx, const Tensor& in, const Tensor& w, Tensor& out, Tensor* residual) {
+  Backend& be = ctx.backend;
+  const bool parallel = ctx.shard.active();
+  if (residual && (!parallel || ctx.shard.rank == 0)) {
+    if (!be.matmul_accumulate(in, w, *residual)) {
+      be.matmul(in, w, nullptr, out);
+      be.add(*residual, out, *residual);
+    }
+    if (parallel) check(be.all_reduce_sum(*residual, *residual));
+    return;
+  }
   be.matmul(in, w, nullptr, out);
-  if (residual) be.add(*residual, out, *residual);
+  if (parallel) check(be.all_reduce_sum(out, residual ? *residual : out));
 }
 }  // namespace
 
@@ -75,7 +91,7 @@ void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLaye
   be.attention(q3, kv, ctx.attn_batch, ap, attn);
   Tensor attn2 = rows_view(ctx.act.attn, n, q_dim);
   Tensor o = rows_view(ctx.act.o, n, c.d_model);
-  project_out(be, attn2, w.wo, o, residual);
+  project_out(ctx, attn2, w.wo, o, residual);
 }
 
 void mlp_block(LayerContext& ctx, const LayerWeights& w, Tensor* residual) {
@@ -92,7 +108,7 @@ void mlp_block(LayerContext& ctx, const LayerWeights& w, Tensor* residual) {
   be.glu(gate, up, c.gelu_tanh, gate);
   Tensor o = rows_view(ctx.act.o, n, c.d_model);
   be.hint_read_once(gate);
-  project_out(be, gate, w.w_down, o, residual);
+  project_out(ctx, gate, w.w_down, o, residual);
 }
 
 }  // namespace ember

@@ -4,6 +4,7 @@
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace ember {
@@ -16,12 +17,15 @@ struct LayerContext {
   Model::Activations& act;
   const float* rope_global;  // backend memory, [head_dim / 2]
   const float* rope_local;
+  ShardSpec shard;  // tensor parallel: config holds this rank's heads and FFN width
 };
 
 // Self-attention of layer `index` on normalized input act.h [n, d_model]; result in act.o.
 // Applies biases and q/k norms when the layer has them.
 // residual: when given, the block's output projection is added into it (x += o) instead of
-// written to act.o, in one pass where the backend can (Backend::matmul_accumulate).
+// written to act.o, in one pass where the backend can (Backend::matmul_accumulate). Under
+// tensor parallelism the out projection's partial sums of all ranks are added up
+// (Backend::all_reduce_sum) either way.
 void attention_block(LayerContext& ctx, int index, const LayerWeights& w, KvLayer& kv, Tensor* residual = nullptr);
 // Gated MLP on act.h; result in act.o.
 void mlp_block(LayerContext& ctx, const LayerWeights& w, Tensor* residual = nullptr);

@@ -21,8 +21,12 @@ Result<std::unique_ptr<Model>> Model::load(const WeightSource& source, Backend& 
                                            const ModelLoadOptions& options) {
   EMBER_ASSIGN_OR_RETURN(ModelConfig config, config_from_source(source));
   std::unique_ptr<Model> model(new Model(std::move(config), backend));
+  // The weights are checked against the checkpoint's shapes, then cut to the rank's share.
+  EMBER_ASSIGN_OR_RETURN(model->weights_,
+                         load_weights(source, model->full_config_, backend, options.progress, options.shard));
+  EMBER_ASSIGN_OR_RETURN(model->config_, shard_config(model->full_config_, options.shard));
+  model->shard_ = options.shard;
   const ModelConfig& c = model->config_;
-  EMBER_ASSIGN_OR_RETURN(model->weights_, load_weights(source, c, backend, options.progress));
   auto global = rope_inv_freq(c.rope, c.head_dim);
   const auto& factors = model->weights_.rope_freq_factors;
   for (size_t i = 0; i < factors.size() && i < global.size(); ++i) global[i] /= factors[i];
@@ -134,7 +138,8 @@ Status Model::forward(const ForwardBatch& batch, KvStorage& kv, std::vector<floa
 Result<Tensor> Model::enqueue_forward(const ForwardBatch& batch, KvStorage& kv) {
   const auto& c = config_;
   const int n = batch.n_tokens();
-  const int n_out = static_cast<int>(batch.logit_rows.size());
+  // Under tensor parallelism rank 0 alone computes the logits.
+  const int n_out = shard_.rank == 0 ? static_cast<int>(batch.logit_rows.size()) : 0;
   if (n == 0) return Status::error("forward: empty batch");
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= c.n_vocab) return Status::errorf("forward: token id {} out of range [0, {})", id, c.n_vocab);
@@ -158,7 +163,7 @@ Result<Tensor> Model::enqueue_forward(const ForwardBatch& batch, KvStorage& kv) 
   ab.max_blocks_per_seq = batch.max_blocks_per_seq;
   LayerContext ctx{backend_, c, batch, ab, act,
                    static_cast<const float*>(rope_global_->data()),
-                   static_cast<const float*>(rope_local_->data())};
+                   static_cast<const float*>(rope_local_->data()), shard_};
   const auto layer_fn = c.arch == Arch::Gemma3 ? gemma3_layer : llama_layer;
   for (int l = 0; l < c.n_layers; ++l)
     layer_fn(ctx, l, weights_.layers[static_cast<size_t>(l)], kv.layers[static_cast<size_t>(l)]);

@@ -6,6 +6,7 @@
 #include "loader/weight_source.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 #include <functional>
@@ -25,18 +26,24 @@ struct KvStorage {
 
 struct ModelLoadOptions {
   std::function<void(int done, int total)> progress;  // called per layer while loading
+  ShardSpec shard;  // tensor parallel: the part of the model this backend runs
 };
 
 class Model {
  public:
   static Result<std::unique_ptr<Model>> load(const WeightSource& source, Backend& backend,
                                              const ModelLoadOptions& options = {});
+  // This rank's config: under tensor parallelism its n_heads, n_kv_heads and d_ff are its
+  // share (model/shard.h); full_config() is the checkpoint's.
   const ModelConfig& config() const { return config_; }
+  const ModelConfig& full_config() const { return full_config_; }
+  const ShardSpec& shard() const { return shard_; }
   Backend& backend() { return backend_; }
 
   size_t kv_bytes_per_block(int block_size, DType kv_dtype) const;
   Result<KvStorage> allocate_kv(int n_blocks, int block_size, DType kv_dtype);
-  // logits: [batch.logit_rows.size(), n_vocab] on the host.
+  // logits: [batch.logit_rows.size(), n_vocab] on the host (tensor parallel: rank 0 only;
+  // the other ranks return no rows).
   Status forward(const ForwardBatch& batch, KvStorage& kv, std::vector<float>& logits);
   // The same forward pass, queued on the backend without waiting: returns the logit rows
   // [batch.logit_rows.size(), n_vocab] F32 in backend memory (an invalid tensor when no rows
@@ -53,10 +60,12 @@ class Model {
   };
 
  private:
-  Model(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  Model(ModelConfig config, Backend& backend) : full_config_(config), config_(std::move(config)), backend_(backend) {}
   Activations activations(int n_tokens, int n_logit_rows);
 
+  ModelConfig full_config_;
   ModelConfig config_;
+  ShardSpec shard_;
   Backend& backend_;
   ModelWeights weights_;
   std::unique_ptr<Buffer> rope_global_, rope_local_;  // inverse frequencies [head_dim / 2]

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "loader/weight_source.h"
 #include "model/config.h"
+#include "model/shard.h"
 
 #include <functional>
 #include <memory>
@@ -31,12 +32,16 @@ struct ModelWeights {
   Tensor output;                // [n_vocab, d_model] (tok_embd when tied)
   std::vector<float> rope_freq_factors;  // GGUF llama3 scaling: divides inv_freq, may be empty
   std::vector<std::unique_ptr<Buffer>> owned;  // backend buffers for converted small tensors
+  // Host copies of column slices (tensor parallel: o / down) that the backend uses in place.
+  std::vector<std::shared_ptr<void>> host_owned;
 };
 
-// Resolves and validates every tensor (shape and presence), naming the file and tensor in
-// errors. progress(done, total) is called as tensors are prepared.
+// Resolves and validates every tensor (shape and presence) against the full model's config,
+// naming the file and tensor in errors; with an active shard, keeps rank shard.rank's part of
+// each layer (model/shard.h). progress(done, total) is called as tensors are prepared.
 Result<ModelWeights> load_weights(const WeightSource& source, const ModelConfig& config,
                                   Backend& backend,
-                                  const std::function<void(int, int)>& progress = nullptr);
+                                  const std::function<void(int, int)>& progress = nullptr,
+                                  const ShardSpec& shard = {});
 
 }  // namespace ember

@@ -1,12 +1,15 @@
 #include "runner/model_runner.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_rank_group.h"
+#include "core/thread_pool.h"
 #include "core/log.h"
 #include "core/step_profile.h"
 #ifdef EMBER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -39,13 +42,20 @@ Result<DType> parse_kv_dtype(const std::string& name) {
 
 namespace {
 
-Result<std::unique_ptr<Backend>> make_backend(const RunnerOptions& o) {
-  if (o.device == "cpu") return make_cpu_backend(o.n_threads, o.batch_invariant);
+// Rank `rank` of the options' device: cuda:N onwards for tensor parallel ranks; CPU ranks
+// split the threads.
+Result<std::unique_ptr<Backend>> make_backend(const RunnerOptions& o, const ShardSpec& shard,
+                                              const std::shared_ptr<cpu::CpuRankGroup>& cpu_group) {
+  if (o.device == "cpu") {
+    if (!shard.active()) return make_cpu_backend(o.n_threads, o.batch_invariant);
+    const int total = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
+    return make_cpu_backend(std::max(1, total / shard.size), o.batch_invariant, cpu_group, shard.rank);
+  }
   if (o.batch_invariant) return Status::error("batch-invariant mode exists on the CPU backend only");
   if (o.device.rfind("cuda", 0) == 0) {
 #ifdef EMBER_HAVE_CUDA
     const int index = o.device.size() > 5 ? std::atoi(o.device.c_str() + 5) : 0;
-    return create_cuda_backend(index);
+    return create_cuda_backend(index + shard.rank);
 #else
     return Status::error("this ember was built without CUDA (configure with -DEMBER_CUDA=ON)");
 #endif
@@ -93,13 +103,59 @@ std::vector<HostArray> step_arrays(const ForwardBatch& b) {
 }  // namespace
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, const RunnerOptions& o) {
-  std::unique_ptr<ModelRunner> r(new ModelRunner());
-  EMBER_ASSIGN_OR_RETURN(r->source_, WeightSource::open(path));
+  const int n_ranks = o.tensor_parallel;
+  if (n_ranks < 1 || n_ranks > 64) return Status::errorf("tensor parallel size {} is not in [1, 64]", n_ranks);
+  if (n_ranks > 1 && o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
+    return Status::errorf("unknown device '{}' (cpu, cuda, cuda:N)", o.device);
+  std::shared_ptr<WeightSource> source;
+  EMBER_ASSIGN_OR_RETURN(source, WeightSource::open(path));
+  std::vector<std::unique_ptr<ModelRunner>> ranks;
+  for (int r = 0; r < n_ranks; ++r) {
+    ranks.emplace_back(new ModelRunner());
+    ranks.back()->source_ = source;
+  }
+  std::unique_ptr<RankThreads> threads;
+  if (n_ranks > 1) threads = std::make_unique<RankThreads>(n_ranks);
+  auto each = [&](const std::function<Status(ModelRunner&, const ShardSpec&)>& fn) {
+    if (!threads) return fn(*ranks[0], ShardSpec{});
+    return threads->run([&](int r) { return fn(*ranks[static_cast<size_t>(r)], ShardSpec{r, n_ranks}); });
+  };
+  std::shared_ptr<cpu::CpuRankGroup> cpu_group;
+  if (n_ranks > 1 && o.device == "cpu") cpu_group = std::make_shared<cpu::CpuRankGroup>(n_ranks);
+  // Each rank loads on its own thread (a CUDA rank's device is current there), in parallel.
+  EMBER_RETURN_IF_ERROR(each([&](ModelRunner& r, const ShardSpec& shard) { return r.init_rank(o, shard, cpu_group); }));
+#ifdef EMBER_HAVE_CUDA
+  if (n_ranks > 1 && ranks[0]->cuda_) {
+    std::vector<Backend*> backends;
+    for (auto& r : ranks) backends.push_back(r->backend_.get());
+    EMBER_RETURN_IF_ERROR(join_cuda_tensor_parallel(backends));
+  }
+#endif
+  std::unique_ptr<ModelRunner> r = std::move(ranks[0]);
   r->make_resident_ = !o.mmap && o.device == "cpu";
-  EMBER_ASSIGN_OR_RETURN(r->backend_, make_backend(o));
+  for (size_t i = 1; i < ranks.size(); ++i) r->peers_.push_back(std::move(ranks[i]));
+  r->rank_threads_ = std::move(threads);
+  return r;
+}
+
+ModelRunner::~ModelRunner() {
+  if (!rank_threads_) return;
+  // Each rank tears its state down on its own thread, all at once: its device is current
+  // there, and an NCCL communicator's destruction may wait for the group's other ranks.
+  (void)on_all_ranks([](ModelRunner& m, int) {
+    m.kv_ = KvStorage{};
+    m.model_.reset();
+    m.backend_.reset();
+    return Status::ok();
+  });
+}
+
+Status ModelRunner::init_rank(const RunnerOptions& o, const ShardSpec& shard,
+                              const std::shared_ptr<cpu::CpuRankGroup>& cpu_group) {
+  EMBER_ASSIGN_OR_RETURN(backend_, make_backend(o, shard, cpu_group));
   bool weight_format_set = o.weight_format == "auto";
 #ifdef EMBER_HAVE_CUDA
-  if (CudaStep* cs = cuda_step(*r->backend_)) {
+  if (CudaStep* cs = cuda_step(*backend_)) {
     EMBER_RETURN_IF_ERROR(cs->set_weight_format(o.weight_format));
     weight_format_set = true;
   }
@@ -107,25 +163,40 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
   if (!weight_format_set)
     return Status::errorf("weight format '{}' needs a CUDA device (--device cuda)", o.weight_format);
   ModelLoadOptions lo;
-  lo.progress = o.progress;
-  EMBER_ASSIGN_OR_RETURN(r->model_, Model::load(*r->source_, *r->backend_, lo));
-  r->kv_dtype_ = o.kv_dtype;
+  if (shard.rank == 0) lo.progress = o.progress;
+  lo.shard = shard;
+  EMBER_ASSIGN_OR_RETURN(model_, Model::load(*source_, *backend_, lo));
+  kv_dtype_ = o.kv_dtype;
   // Greedy steps pick their tokens on the backend (no logits copied out; rows in parallel).
-  r->device_argmax_ = r->backend_->device() == Device::CPU;
+  device_argmax_ = backend_->device() == Device::CPU;
 #ifdef EMBER_HAVE_CUDA
-  if (r->backend_->device() == Device::CUDA) {
-    r->cuda_ = cuda_step(*r->backend_);
+  if (backend_->device() == Device::CUDA) {
+    cuda_ = cuda_step(*backend_);
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
-    r->graphs_ = r->cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
-    r->graph_epoch_ = r->model_->activation_epoch();
+    graphs_ = cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
+    graph_epoch_ = model_->activation_epoch();
     // (Final soft-capping is applied to the logits on the device, in the forward pass.)
     const char* gs = std::getenv("EMBER_GPU_SAMPLE");
-    r->device_argmax_ = r->cuda_ && !(gs && std::strcmp(gs, "0") == 0);
+    device_argmax_ = cuda_ && !(gs && std::strcmp(gs, "0") == 0);
     const char* gr = std::getenv("EMBER_GPU_SAMPLE_ROWS");  // 0: sampled (non-greedy) steps on the host
-    r->device_sample_ = r->device_argmax_ && !(gr && std::strcmp(gr, "0") == 0);
+    device_sample_ = device_argmax_ && !(gr && std::strcmp(gr, "0") == 0);
   }
 #endif
-  return r;
+  return Status::ok();
+}
+
+Status ModelRunner::on_all_ranks(const std::function<Status(ModelRunner&, int)>& fn) {
+  if (peers_.empty()) return fn(*this, 0);
+  return rank_threads_->run([&](int r) { return fn(r == 0 ? *this : *peers_[static_cast<size_t>(r - 1)], r); });
+}
+
+Status ModelRunner::with_peers(const ForwardBatch& batch, const std::function<Status()>& own) {
+  if (peers_.empty()) return own();
+  return rank_threads_->run([&](int r) {
+    if (r == 0) return own();
+    ModelRunner& p = *peers_[static_cast<size_t>(r - 1)];
+    return p.execute_local(batch, p.peer_logits_);
+  });
 }
 
 size_t ModelRunner::kv_bytes_per_block(int block_size) const {
@@ -133,19 +204,55 @@ size_t ModelRunner::kv_bytes_per_block(int block_size) const {
 }
 
 Status ModelRunner::allocate_kv_cache(const KvCacheConfig& cfg) {
+  return on_all_ranks([&](ModelRunner& r, int) { return r.allocate_kv_local(cfg); });
+}
+
+Status ModelRunner::allocate_kv_local(const KvCacheConfig& cfg) {
+#ifdef EMBER_HAVE_CUDA
+  if (cuda_) cuda_->make_current();
+#endif
   EMBER_ASSIGN_OR_RETURN(kv_, model_->allocate_kv(cfg.n_blocks, cfg.block_size, kv_dtype_));
   return Status::ok();
 }
 
 Status ModelRunner::execute(const ForwardBatch& batch, std::vector<float>& logits) {
   if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  return with_peers(batch, [&] { return execute_local(batch, logits); });
+}
+
+Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
+  return with_peers(batch, [&] { return execute_argmax_local(batch, token_ids); });
+}
+
+Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                                   std::vector<DeviceSampled>& out) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (!device_sample_) return Status::error("execute_sample: not available on this runner");
+  return with_peers(batch, [&] { return execute_sample_local(batch, rows, out); });
+}
+
+Status ModelRunner::execute_local(const ForwardBatch& batch, std::vector<float>& logits) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
   if (cuda_) return execute_cuda(batch, logits);
   return model_->forward(batch, kv_, logits);
 }
 
 Result<size_t> ModelRunner::device_kv_budget(double utilization, int max_tokens, int max_seqs) {
+  // Every rank's cache holds the same blocks: the smallest budget.
+  std::vector<size_t> budgets(peers_.size() + 1);
+  EMBER_RETURN_IF_ERROR(on_all_ranks([&](ModelRunner& r, int rank) -> Status {
+    EMBER_ASSIGN_OR_RETURN(budgets[static_cast<size_t>(rank)], r.device_kv_budget_local(utilization, max_tokens, max_seqs));
+    return Status::ok();
+  }));
+  return *std::min_element(budgets.begin(), budgets.end());
+}
+
+Result<size_t> ModelRunner::device_kv_budget_local(double utilization, int max_tokens, int max_seqs) {
 #ifdef EMBER_HAVE_CUDA
   if (cuda_) {
+    cuda_->make_current();
     if (!(utilization > 0.0 && utilization <= 1.0))
       return Status::errorf("GPU memory utilization {} is not in (0, 1]", utilization);
     EMBER_ASSIGN_OR_RETURN(GpuMemoryInfo mem, cuda_->memory_info());
@@ -234,6 +341,7 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
 }
 
 Result<Tensor> ModelRunner::enqueue_cuda(const ForwardBatch& batch) {
+  cuda_->make_current();  // (the engine's thread may not be the one that loaded the model)
   step_profile::Scope t("runner: enqueue");
   Result<Tensor> out = Tensor{};
   if (graphs_ && is_decode_batch(batch)) {
@@ -266,7 +374,7 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
   return Status::ok();
 }
 
-Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
   if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
   if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
   if (!cuda_) return execute_argmax_host(batch, token_ids);
@@ -282,8 +390,8 @@ Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_
   return cuda_->argmax_rows(*out, token_ids.data());  // the one sync
 }
 
-Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
-                                   std::vector<DeviceSampled>& out) {
+Status ModelRunner::execute_sample_local(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                                         std::vector<DeviceSampled>& out) {
   if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
   if (!device_sample_) return Status::error("execute_sample: not available on this runner");
   ClearStepMetadata clear{cuda_};
@@ -340,14 +448,14 @@ Status ModelRunner::execute_sample(const ForwardBatch& batch, const std::vector<
 
 #else
 
-Status ModelRunner::execute_sample(const ForwardBatch&, const std::vector<DeviceSampleSpec>&,
-                                   std::vector<DeviceSampled>&) {
+Status ModelRunner::execute_sample_local(const ForwardBatch&, const std::vector<DeviceSampleSpec>&,
+                                         std::vector<DeviceSampled>&) {
   return Status::error("execute_sample needs CUDA");
 }
 Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& logits) {
   return model_->forward(batch, kv_, logits);
 }
-Status ModelRunner::execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
+Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
   if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
   if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
   return execute_argmax_host(batch, token_ids);
@@ -369,6 +477,13 @@ Status ModelRunner::execute_argmax_host(const ForwardBatch& batch, std::vector<i
 }
 
 Status ModelRunner::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+  return on_all_ranks([&](ModelRunner& r, int) { return r.copy_blocks_local(src_dst); });
+}
+
+Status ModelRunner::copy_blocks_local(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+#ifdef EMBER_HAVE_CUDA
+  if (cuda_) cuda_->make_current();
+#endif
   for (auto [src, dst] : src_dst) {  // (all checked before anything is copied)
     if (src < 0 || dst < 0 || src >= kv_.n_blocks || dst >= kv_.n_blocks || src == dst)
       return Status::errorf("copy_blocks: block pair ({}, {}) out of range (0..{}) or not two blocks", src, dst,

@@ -2,6 +2,11 @@
 // ModelRunner: a Model on a Backend behind the ModelExecutor interface. Owns the checkpoint
 // (its memory maps), the backend, the model and the paged K/V storage.
 //
+// Tensor parallel (RunnerOptions::tensor_parallel > 1): this runner is rank 0 and owns a
+// runner per other rank (the same checkpoint, its own backend, model shard and K/V storage)
+// and their threads (RankThreads). Every step runs on all ranks at once; rank 0's logits,
+// argmax or samples are the step's result.
+//
 // On a CUDA backend a step uploads its metadata once (CudaStep::set_step_metadata), runs the
 // forward pass and downloads the logits: that download is the step's only host sync. Decode
 // steps (one new token per sequence, every row's logits) run as CUDA graphs, one per (batch
@@ -11,6 +16,7 @@
 #include "loader/weight_source.h"
 #include "model/model.h"
 #include "runner/model_executor.h"
+#include "runner/rank_threads.h"
 
 #include <functional>
 #include <map>
@@ -20,6 +26,9 @@
 namespace ember {
 
 class CudaStep;
+namespace cpu {
+class CpuRankGroup;
+}
 
 struct RunnerOptions {
   std::string device = "cpu";  // "cpu" or "cuda[:N]"
@@ -39,6 +48,9 @@ struct RunnerOptions {
   // CPU: keep the weights memory-mapped instead of moving them into huge-page memory at
   // finish_load (the default there; other devices upload the weights: core/mmap_file.h).
   bool mmap = false;
+  // Tensor parallel ranks (model/shard.h), in this process: on CUDA one GPU each (cuda:N
+  // onwards, NCCL all-reduces), on the CPU threads split n_threads between them.
+  int tensor_parallel = 1;
   std::function<void(int done, int total)> progress;
 };
 
@@ -48,6 +60,7 @@ Result<DType> parse_kv_dtype(const std::string& name);
 class ModelRunner : public ModelExecutor {
  public:
   static Result<std::unique_ptr<ModelRunner>> load(const std::string& model_path, const RunnerOptions& options);
+  ~ModelRunner() override;
 
   int vocab_size() const override { return model_->config().n_vocab; }
   int max_context() const override { return model_->config().max_context; }
@@ -62,7 +75,10 @@ class ModelRunner : public ModelExecutor {
                         std::vector<DeviceSampled>& out) override;
   Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
 
-  const ModelConfig& config() const { return model_->config(); }
+  // The checkpoint's config (under tensor parallelism each rank's model holds a share of the
+  // heads: Model::config()).
+  const ModelConfig& config() const { return model_->full_config(); }
+  int tensor_parallel() const { return static_cast<int>(peers_.size()) + 1; }
   const WeightSource& source() const { return *source_; }
   // Once the caller has what it needs from source().metadata() (see WeightSource): frees the
   // metadata, hands the freed heap back to the OS (glibc keeps it otherwise) and, on the CPU
@@ -80,13 +96,29 @@ class ModelRunner : public ModelExecutor {
 
  private:
   ModelRunner() = default;
+  // This rank's backend and model (on the thread that will run the rank).
+  Status init_rank(const RunnerOptions& options, const ShardSpec& shard,
+                   const std::shared_ptr<cpu::CpuRankGroup>& cpu_group);
+  // Runs own() here and the same step's forward pass on every peer rank, on their threads.
+  // (Whatever may refuse a step is checked before: a rank that returned early would leave the
+  // others waiting in a collective.)
+  Status with_peers(const ForwardBatch& batch, const std::function<Status()>& own);
+  // fn(rank's runner, rank) on every rank's thread.
+  Status on_all_ranks(const std::function<Status(ModelRunner&, int)>& fn);
+  Status execute_local(const ForwardBatch& batch, std::vector<float>& logits);
+  Status execute_argmax_local(const ForwardBatch& batch, std::vector<int32_t>& token_ids);
+  Status execute_sample_local(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
+                              std::vector<DeviceSampled>& out);
+  Result<size_t> device_kv_budget_local(double utilization, int max_tokens, int max_seqs);
+  Status allocate_kv_local(const KvCacheConfig& cfg);
+  Status copy_blocks_local(const std::vector<std::pair<int32_t, int32_t>>& src_dst);
   Status execute_cuda(const ForwardBatch& batch, std::vector<float>& logits);
   // Queues the forward pass of a CUDA step (graph replay for decode batches).
   Result<Tensor> enqueue_cuda(const ForwardBatch& batch);
   Result<Tensor> run_decode_graph(const ForwardBatch& batch);
   void sync_activation_epoch();
 
-  std::unique_ptr<WeightSource> source_;
+  std::shared_ptr<WeightSource> source_;  // shared by the ranks
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   KvStorage kv_;
@@ -109,6 +141,11 @@ class ModelRunner : public ModelExecutor {
   std::map<uint64_t, GraphState> graph_state_;
   uint64_t graph_epoch_ = 0;  // model activation epoch the graphs were captured at
   ForwardBatch padded_;       // decode batch with block tables padded to the bucket width
+
+  // Tensor parallel: ranks 1..n-1 (peers_[r - 1]) and the threads that run them.
+  std::vector<std::unique_ptr<ModelRunner>> peers_;
+  std::unique_ptr<RankThreads> rank_threads_;
+  std::vector<float> peer_logits_;  // a peer's (empty) logits
 };
 
 }  // namespace ember

@@ -12,6 +12,7 @@
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -791,6 +792,77 @@ TEST(CudaModel, DeviceSamplingEqualsHostSampler) {
   EXPECT_GT(n_top_checked, 0u) << "no row with top logprob alternatives";
   std::printf("device sampling vs host Sampler: %d of %d picks differ; %zu top alternatives equal compute_logprobs'\n",
               mismatch, total, n_top_checked);
+}
+
+// Tensor parallel over two GPUs (NCCL all-reduces; skips with fewer): the same steps as one GPU
+// (three sequences of different prompt lengths in one prefill, then decode steps that run
+// eagerly, capture their graph and replay it) give the same logits, up to the order of the
+// sums (BF16 / int4: each rank's partial sums, then the ranks; decode attention's splits
+// depend on the heads a GPU holds). int4's groups of 128 never straddle a rank's columns, so
+// both quantize alike; fp8 takes each o / down row's scale over the rank's half of it, another
+// quantization of the same BF16 weights, so its bound is QuantizedWeightsLargeShapes' fp8 vs
+// BF16 one. Fixtures: llama3 (2 K/V heads: one a rank) and gemma3 (one K/V head,
+// replicated); EMBER_CUDA_TEST_MODEL: 8B shapes in bf16, int4 and fp8.
+TEST(CudaModel, TensorParallelMatchesOneGpu) {
+  SKIP_WITHOUT_GPU();
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs, found " << gpus;
+  struct Case {
+    std::string path, weights;
+    double tol;
+  };
+  std::vector<Case> cases = {{kFixtures + "/llama3/hf", "auto", 5e-3}, {kFixtures + "/gemma3/hf", "auto", 5e-3}};
+  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL"))
+    for (const auto& [w, tol] : {std::pair{"auto", 5e-3}, {"int4", 5e-3}, {"fp8", 0.15}}) cases.push_back({dir, w, tol});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.weights);
+    const int bpb = 24, n_seqs = 3;
+    RunnerOptions o;
+    o.device = "cuda";
+    o.kv_dtype = DType::BF16;
+    o.weight_format = c.weights;
+    std::unique_ptr<ModelRunner> runners[2];
+    for (int tp : {1, 2}) {
+      o.tensor_parallel = tp;
+      auto r = ModelRunner::load(c.path, o);
+      ASSERT_TRUE(r.is_ok()) << r.message();
+      ASSERT_TRUE((*r)->allocate_kv_cache({Seqs::blocks_needed(bpb, n_seqs), 16}).is_ok());
+      runners[tp - 1] = std::move(r).value();
+    }
+    ASSERT_EQ(runners[1]->tensor_parallel(), 2);
+    const int vocab = runners[0]->vocab_size();
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+    std::vector<std::vector<int32_t>> prompts(n_seqs);
+    for (int s = 0; s < n_seqs; ++s) {
+      prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(40 + 70 * s));
+      for (auto& t : prompts[static_cast<size_t>(s)]) t = tok(rng);
+    }
+    Seqs one(16, bpb, n_seqs), two(16, bpb, n_seqs);
+    std::vector<float> l1, l2;
+    double worst = 0;
+    auto compare = [&](const std::string& what) {
+      ASSERT_EQ(l1.size(), l2.size());
+      for (int s = 0; s < n_seqs; ++s) {
+        const double e = rel_error(&l2[static_cast<size_t>(s) * vocab], &l1[static_cast<size_t>(s) * vocab], vocab);
+        EXPECT_LE(e, c.tol) << what << ", sequence " << s;
+        worst = std::max(worst, e);
+      }
+    };
+    ASSERT_TRUE(one.step(*runners[0], prompts, false, l1).is_ok());
+    ASSERT_TRUE(two.step(*runners[1], prompts, false, l2).is_ok());
+    compare("prefill");
+    std::vector<std::vector<int32_t>> next(n_seqs);
+    for (int j = 0; j < 8; ++j) {
+      for (int s = 0; s < n_seqs; ++s) next[static_cast<size_t>(s)] = {argmax(&l1[static_cast<size_t>(s) * vocab], vocab)};
+      ASSERT_TRUE(one.step(*runners[0], next, false, l1).is_ok());
+      ASSERT_TRUE(two.step(*runners[1], next, false, l2).is_ok());
+      compare("decode " + std::to_string(j));
+    }
+    EXPECT_GE(runners[1]->num_cuda_graphs(), 1u);
+    std::printf("tensor parallel 2 vs 1 GPU, %s %s: worst logits rel. error %.2e\n", c.path.c_str(), c.weights.c_str(),
+                worst);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Fidelity of every architecture and checkpoint variant against Hugging Face transformers:
 // logits of every prompt position, of every teacher-forced decode step, and free-running
-// greedy continuations (fixtures: tools/make_fixtures.py).
+// greedy continuations (fixtures: tools/make_fixtures.py). Every variant runs again tensor
+// parallel (2 ranks, and 4 where the K/V heads are fewer than the ranks and so are
+// replicated), to the same bounds.
 #include "core/npy.h"
 #include "one_sequence_batch.h"
 #include "runner/model_runner.h"
@@ -19,6 +21,7 @@ const std::string kFixtures = EMBER_FIXTURES_DIR "/models";
 
 struct Variant {
   std::string model, name, path, reference, kind;
+  int tensor_parallel = 1;
 };
 
 std::vector<Variant> variants() {
@@ -30,6 +33,21 @@ std::vector<Variant> variants() {
   for (auto& [model, entry] : j["models"].items())
     for (auto& v : entry["variants"])
       out.push_back({model, v["name"], v["path"], v["reference"], v["kind"]});
+  return out;
+}
+
+// Every variant on 2 CPU ranks (the quantized ones split their rows at block boundaries);
+// llama3 (2 K/V heads) and gemma3 (1) also on 4, so that ranks share a replicated K/V head.
+std::vector<Variant> tensor_parallel_variants() {
+  std::vector<Variant> out;
+  for (Variant v : variants()) {
+    v.tensor_parallel = 2;
+    out.push_back(v);
+    if ((v.model == "llama3" || v.model == "gemma3") && v.kind == "f32") {
+      v.tensor_parallel = 4;
+      out.push_back(v);
+    }
+  }
   return out;
 }
 
@@ -79,8 +97,10 @@ TEST_P(Fidelity, MatchesTransformers) {
   const std::string mdir = kFixtures + "/" + v.model;
   RunnerOptions opt;
   opt.n_threads = 2;
+  opt.tensor_parallel = v.tensor_parallel;
   auto runner = ModelRunner::load(mdir + "/" + v.path, opt);
   ASSERT_TRUE(runner.is_ok()) << runner.message();
+  ASSERT_EQ((*runner)->tensor_parallel(), v.tensor_parallel);
   const int block_size = 16, n_blocks = 8;
   ASSERT_TRUE((*runner)->allocate_kv_cache({n_blocks, block_size}).is_ok());
   const int vocab = (*runner)->vocab_size();
@@ -129,12 +149,15 @@ TEST_P(Fidelity, MatchesTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVariants, Fidelity, ::testing::ValuesIn(variants()),
-                         [](const auto& info) {
-                           std::string s = info.param.model + "_" + info.param.name;
-                           std::replace_if(s.begin(), s.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-                           return s;
-                         });
+std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
+  std::string s = info.param.model + "_" + info.param.name;
+  if (info.param.tensor_parallel > 1) s += "_tp" + std::to_string(info.param.tensor_parallel);
+  std::replace_if(s.begin(), s.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, Fidelity, ::testing::ValuesIn(variants()), variant_name);
+INSTANTIATE_TEST_SUITE_P(TensorParallel, Fidelity, ::testing::ValuesIn(tensor_parallel_variants()), variant_name);
 
 }  // namespace
 }  // namespace ember

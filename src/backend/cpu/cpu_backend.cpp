@@ -2,6 +2,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/context.h"
+#include "backend/cpu/cpu_rank_group.h"
 #include "core/log.h"
 
 #include <algorithm>
@@ -80,15 +81,37 @@ class CpuBackend final : public Backend {
   void scale(Tensor& x, float s) override { cpu::cpu_scale(ctx_, x, s); }
   void softcap(Tensor& x, float cap) override { cpu::cpu_softcap(ctx_, x, cap); }
   Status argmax_rows(const Tensor& logits, int32_t* ids) override { return cpu::cpu_argmax_rows(ctx_, logits, ids); }
+  Status all_reduce_sum(const Tensor& in, Tensor& out) override {
+    if (!group_) return Backend::all_reduce_sum(in, out);
+    if (in.dtype != DType::F32 || out.dtype != DType::F32 || in.numel() != out.numel())
+      return Status::errorf("all_reduce_sum: F32 tensors of one size expected, got {} {} and {} {}",
+                            dtype_name(in.dtype), shape_string(in), dtype_name(out.dtype), shape_string(out));
+    group_->all_reduce_sum(rank_, in.as<float>(), out.as<float>(), in.numel());
+    return Status::ok();
+  }
+
+  void join_group(std::shared_ptr<cpu::CpuRankGroup> group, int rank) {
+    group_ = std::move(group);
+    rank_ = rank;
+  }
 
  private:
   cpu::CpuContext ctx_;
+  std::shared_ptr<cpu::CpuRankGroup> group_;
+  int rank_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool batch_invariant) {
   return std::make_unique<CpuBackend>(n_threads, cpu::detect_isa(), batch_invariant);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool batch_invariant,
+                                          std::shared_ptr<cpu::CpuRankGroup> group, int rank) {
+  auto be = std::make_unique<CpuBackend>(n_threads, cpu::detect_isa(), batch_invariant);
+  be->join_group(std::move(group), rank);
+  return be;
 }
 
 std::unique_ptr<Backend> make_cpu_backend_isa(int n_threads, std::string_view isa) {

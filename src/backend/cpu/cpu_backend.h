@@ -22,6 +22,14 @@ namespace ember {
 // and long-context decode speed; by default the fastest kernel for each shape runs.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool batch_invariant = false);
 
+namespace cpu {
+class CpuRankGroup;
+}
+// Rank `rank` of an in-process tensor-parallel group (cpu_rank_group.h): the backend's
+// all_reduce_sum meets the group's other ranks, each driven by its own thread.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool batch_invariant,
+                                          std::shared_ptr<cpu::CpuRankGroup> group, int rank);
+
 // For tests and benchmarks: the same backend restricted to an instruction set
 // ("scalar", "avx2", "avx512", "avx512vbmi"); null when the name is unknown or the CPU lacks it.
 std::unique_ptr<Backend> make_cpu_backend_isa(int n_threads, std::string_view isa);

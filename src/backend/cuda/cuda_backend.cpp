@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/nccl_group.h"
 #include "backend/cuda/rows.cuh"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -130,6 +131,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
 }
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);  // (a group's backends are destroyed from one thread)
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (void* p : graveyard_) cudaFree(p);
@@ -153,6 +155,9 @@ CudaBackend::~CudaBackend() {
   if (fork_event_) cudaEventDestroy(fork_event_);
   lt_.reset();
   if (stream_) cudaStreamDestroy(stream_);
+  // Last: graphs that captured its all-reduces hold on to the communicator, and its
+  // destruction waits for them to go.
+  if (nccl_comm_) nccl_comm_destroy(nccl_comm_);
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
@@ -1059,6 +1064,17 @@ void CudaBackend::softcap(Tensor& x, float cap) {
   require(x, DType::F32, "softcap x");
   EMBER_CHECK(cap > 0.0f, "softcap: cap {} must be positive", cap);
   EMBER_CUDA_CHECK(launch_softcap(x.as<float>(), cap, x.numel(), stream_));
+}
+
+Status CudaBackend::all_reduce_sum(const Tensor& in, Tensor& out) {
+  if (!nccl_comm_) return Backend::all_reduce_sum(in, out);
+  if (in.dtype != DType::F32 || out.dtype != DType::F32 || in.numel() != out.numel() ||
+      in.device != Device::CUDA || out.device != Device::CUDA)
+    return Status::errorf("all_reduce_sum: F32 device tensors of one size expected, got {} {} and {} {}",
+                          dtype_name(in.dtype), shape_string(in), dtype_name(out.dtype), shape_string(out));
+  flush();  // what the caller queued before (the partial sums) runs first
+  return nccl_all_reduce_sum_f32(nccl_comm_, in.as<float>(), out.as<float>(), static_cast<size_t>(in.numel()),
+                                 stream_);
 }
 
 }  // namespace ember::cuda

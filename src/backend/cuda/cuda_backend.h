@@ -22,6 +22,11 @@ namespace ember {
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // The same, with the reason as a Status.
 Result<std::unique_ptr<Backend>> create_cuda_backend(int device);
+// Makes the CUDA backends (one per GPU, created on the threads that will drive them) the
+// ranks of one tensor-parallel group, in order: an NCCL communicator each
+// (ncclCommInitAll), used by their all_reduce_sum on their streams. Error when a backend is
+// not a CUDA one, two share a GPU, or ember was built without NCCL.
+Status join_cuda_tensor_parallel(const std::vector<Backend*>& ranks);
 
 struct HostArray {
   const void* data = nullptr;
@@ -63,6 +68,10 @@ class CudaStep {
   virtual size_t num_graphs() const = 0;
 
   virtual Result<GpuMemoryInfo> memory_info() = 0;
+
+  // Makes the backend's GPU the calling thread's current device (the thread that runs a step
+  // need not be the one that created the backend).
+  virtual void make_current() = 0;
 
   // How prepare_weight stores the matrices it prepares from now on: "bf16" (or "auto", the
   // default), "int4" (weight-only int4, group 128, bf16 scales, round-to-nearest at load),

@@ -85,6 +85,11 @@ class CudaBackend final : public Backend, public CudaStep {
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Tensor& x, float s) override;
   void softcap(Tensor& x, float cap) override;
+  Status all_reduce_sum(const Tensor& in, Tensor& out) override;
+
+  // Tensor parallel (join_cuda_tensor_parallel): the rank's NCCL communicator (ncclComm_t).
+  int device_index() const { return device_; }
+  void set_nccl_comm(void* comm) { nccl_comm_ = comm; }
 
   // CudaStep
   void set_step_metadata(const std::vector<HostArray>& arrays) override;
@@ -96,6 +101,7 @@ class CudaBackend final : public Backend, public CudaStep {
   void drop_graphs() override;
   size_t num_graphs() const override { return graphs_.size(); }
   Result<GpuMemoryInfo> memory_info() override;
+  void make_current() override { cudaSetDevice(device_); }
   Status set_weight_format(const std::string& name) override;
   Status argmax_rows(const Tensor& logits, int32_t* host_out) override;
   Status sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
@@ -277,6 +283,7 @@ class CudaBackend final : public Backend, public CudaStep {
                 void* workspace = nullptr);
 
   int device_ = 0;
+  void* nccl_comm_ = nullptr;  // ncclComm_t of a tensor-parallel rank (nccl_group.cpp), else null
   int num_sms_ = 0;
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr;
