@@ -52,7 +52,7 @@ fi
 for run in $runs; do
   f=${run%%:*} tp=${run#*:}
   : >"$logs/speed-run.log"
-  timeout 150 stdbuf -oL "$bin/ember" bench speed -m "$model" --device cuda --weight-format "$f" --tensor-parallel-size "$tp" \
+  timeout "${SPEED_TIMEOUT:-150}" stdbuf -oL "$bin/ember" bench speed -m "$model" --device cuda --weight-format "$f" --tensor-parallel-size "$tp" \
     -r 2 -p 128 -n 256 >"$logs/speed-run.log" 2>&1
   rc=$?
   cat "$logs/speed-run.log" >>"$logs/speed.log"

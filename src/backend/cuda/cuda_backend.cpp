@@ -158,6 +158,7 @@ CudaBackend::~CudaBackend() {
   // Last: graphs that captured its all-reduces hold on to the communicator, and its
   // destruction waits for them to go.
   if (nccl_comm_) nccl_comm_destroy(nccl_comm_);
+  for (void* p : p2p_buffers_) cudaFree(p);
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
@@ -1073,6 +1074,12 @@ Status CudaBackend::all_reduce_sum(const Tensor& in, Tensor& out) {
     return Status::errorf("all_reduce_sum: F32 device tensors of one size expected, got {} {} and {} {}",
                           dtype_name(in.dtype), shape_string(in), dtype_name(out.dtype), shape_string(out));
   flush();  // what the caller queued before (the partial sums) runs first
+  // Small sums (decode steps) peer to peer: the choice depends on the size alone, so every
+  // rank takes the same path.
+  if (p2p_.n_ranks > 1 && in.numel() <= kP2pMaxElems) {
+    EMBER_CUDA_TRY(launch_p2p_all_reduce(p2p_, in.as<float>(), out.as<float>(), in.numel(), stream_));
+    return Status::ok();
+  }
   return nccl_all_reduce_sum_f32(nccl_comm_, in.as<float>(), out.as<float>(), static_cast<size_t>(in.numel()),
                                  stream_);
 }

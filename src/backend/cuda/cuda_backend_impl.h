@@ -35,6 +35,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/p2p_allreduce.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/rows.cuh"
 
@@ -87,9 +88,15 @@ class CudaBackend final : public Backend, public CudaStep {
   void softcap(Tensor& x, float cap) override;
   Status all_reduce_sum(const Tensor& in, Tensor& out) override;
 
-  // Tensor parallel (join_cuda_tensor_parallel): the rank's NCCL communicator (ncclComm_t).
+  // Tensor parallel (join_cuda_tensor_parallel): the rank's NCCL communicator (ncclComm_t),
+  // and the peer-to-peer all-reduce of small sums (p2p_allreduce.cuh; its buffers, in this
+  // GPU's memory, are the backend's to free).
   int device_index() const { return device_; }
   void set_nccl_comm(void* comm) { nccl_comm_ = comm; }
+  void set_p2p(const P2pRank& p, std::vector<void*> buffers) {
+    p2p_ = p;
+    p2p_buffers_ = std::move(buffers);
+  }
 
   // CudaStep
   void set_step_metadata(const std::vector<HostArray>& arrays) override;
@@ -284,6 +291,8 @@ class CudaBackend final : public Backend, public CudaStep {
 
   int device_ = 0;
   void* nccl_comm_ = nullptr;  // ncclComm_t of a tensor-parallel rank (nccl_group.cpp), else null
+  P2pRank p2p_;                // n_ranks 0: no peer-to-peer all-reduce
+  std::vector<void*> p2p_buffers_;
   int num_sms_ = 0;
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr;
