@@ -157,7 +157,7 @@ int run_throughput(const ThroughputOptions& o) {
   nlohmann::json j = {
       {"num_requests", o.num_requests}, {"concurrency", o.concurrency}, {"input_len", o.input_len},
       {"output_len", o.output_len}, {"len_spread", o.len_spread}, {"shared_prefix_len", o.shared_prefix_len},
-      {"prefix_cache", !o.model.no_prefix_cache}, {"elapsed_s", secs},
+      {"prefix_cache", !o.model.no_prefix_cache}, {"tensor_parallel", o.model.tensor_parallel}, {"elapsed_s", secs},
       {"requests_per_s", o.num_requests / secs}, {"output_tokens_per_s", total_out / secs},
       {"total_tokens_per_s", (total_out + total_prompt) / secs},
       {"mean_ttft_ms", mean(ttft_ms)}, {"p50_ttft_ms", percentile(ttft_ms, 50)}, {"p99_ttft_ms", percentile(ttft_ms, 99)},

@@ -129,6 +129,7 @@ int run_speed(const SpeedOptions& o) {
   nlohmann::json j;
   j["model"] = o.model.model;
   j["threads"] = r.backend().name();
+  j["tensor_parallel"] = r.tensor_parallel();
   if (!pp.empty()) {
     j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", median(pp)}};
     fmt::print("pp{}: {:.2f} tok/s\n", o.n_prompt, median(pp));
