@@ -189,6 +189,12 @@ TEST_P(AttentionTest, GqaRatios) {
     run_attention_case(*backend_, {h, kh, 64, 0, 0.0f, DType::F32, kMixedBatch}, seed++);
     if (HasFatalFailure()) return;
   }
+  // Gemma 3 270M's shape (head_dim 256, one K/V head) as one GPU holds it and as each of two
+  // tensor-parallel ranks does.
+  for (auto [h, kh] : {std::pair{4, 1}, {2, 1}}) {
+    run_attention_case(*backend_, {h, kh, 256, 0, 0.0f, DType::F32, kMixedBatch}, seed++);
+    if (HasFatalFailure()) return;
+  }
 }
 
 TEST_P(AttentionTest, HeadDimsWindowsSoftcap) {
