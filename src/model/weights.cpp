@@ -119,14 +119,13 @@ struct LayerSlices {
   Slice q_cols, ffn_cols;           // of wo; w_down
 };
 
-LayerSlices layer_slices(const ModelConfig& c, const ShardSpec& s) {
+// full: the checkpoint's config; rank: shard_config's (the rank's heads and FFN width).
+LayerSlices layer_slices(const ModelConfig& full, const ModelConfig& rank, const ShardSpec& s) {
   if (!s.active()) return {};
-  const int64_t hd = c.head_dim, q_heads = c.n_heads / s.size;
-  const int64_t kv_heads = c.n_kv_heads >= s.size ? c.n_kv_heads / s.size : 1;
-  const int64_t f = c.d_ff / s.size;
+  const int64_t hd = full.head_dim, q_heads = rank.n_heads, kv_heads = rank.n_kv_heads, f = rank.d_ff;
   LayerSlices ls;
   ls.q_rows = Slice::rows(s.rank * q_heads * hd, q_heads * hd);
-  ls.kv_rows = Slice::rows(shard_first_kv_head(c, s) * hd, kv_heads * hd);
+  ls.kv_rows = Slice::rows(shard_first_kv_head(full, s) * hd, kv_heads * hd);
   ls.ffn_rows = Slice::rows(s.rank * f, f);
   ls.q_cols = Slice::cols(s.rank * q_heads * hd, q_heads * hd);
   ls.ffn_cols = Slice::cols(s.rank * f, f);
@@ -168,8 +167,8 @@ Status load_layer(Loader& ld, const Naming& nm, const ModelConfig& c, int i, con
 
 Result<ModelWeights> load_weights(const WeightSource& source, const ModelConfig& c, Backend& backend,
                                   const std::function<void(int, int)>& progress, const ShardSpec& shard) {
-  EMBER_RETURN_IF_ERROR(shard_config(c, shard).status());
-  const LayerSlices slices = layer_slices(c, shard);
+  EMBER_ASSIGN_OR_RETURN(const ModelConfig rank_config, shard_config(c, shard));
+  const LayerSlices slices = layer_slices(c, rank_config, shard);
   ModelWeights w;
   Naming nm{source.format() == CheckpointFormat::GGUF};
   Loader ld(source, c, backend, w);

@@ -109,32 +109,26 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::load(const std::string& path, 
     return Status::errorf("unknown device '{}' (cpu, cuda, cuda:N)", o.device);
   std::shared_ptr<WeightSource> source;
   EMBER_ASSIGN_OR_RETURN(source, WeightSource::open(path));
-  std::vector<std::unique_ptr<ModelRunner>> ranks;
-  for (int r = 0; r < n_ranks; ++r) {
-    ranks.emplace_back(new ModelRunner());
-    ranks.back()->source_ = source;
+  std::unique_ptr<ModelRunner> r(new ModelRunner());
+  r->source_ = source;
+  r->make_resident_ = !o.mmap && o.device == "cpu";
+  for (int rank = 1; rank < n_ranks; ++rank) {
+    r->peers_.emplace_back(new ModelRunner());
+    r->peers_.back()->source_ = source;
   }
-  std::unique_ptr<RankThreads> threads;
-  if (n_ranks > 1) threads = std::make_unique<RankThreads>(n_ranks);
-  auto each = [&](const std::function<Status(ModelRunner&, const ShardSpec&)>& fn) {
-    if (!threads) return fn(*ranks[0], ShardSpec{});
-    return threads->run([&](int r) { return fn(*ranks[static_cast<size_t>(r)], ShardSpec{r, n_ranks}); });
-  };
+  if (n_ranks > 1) r->rank_threads_ = std::make_unique<RankThreads>(n_ranks);
   std::shared_ptr<cpu::CpuRankGroup> cpu_group;
   if (n_ranks > 1 && o.device == "cpu") cpu_group = std::make_shared<cpu::CpuRankGroup>(n_ranks);
   // Each rank loads on its own thread (a CUDA rank's device is current there), in parallel.
-  EMBER_RETURN_IF_ERROR(each([&](ModelRunner& r, const ShardSpec& shard) { return r.init_rank(o, shard, cpu_group); }));
+  EMBER_RETURN_IF_ERROR(r->on_all_ranks(
+      [&](ModelRunner& m, int rank) { return m.init_rank(o, ShardSpec{rank, n_ranks}, cpu_group); }));
 #ifdef EMBER_HAVE_CUDA
-  if (n_ranks > 1 && ranks[0]->cuda_) {
-    std::vector<Backend*> backends;
-    for (auto& r : ranks) backends.push_back(r->backend_.get());
+  if (n_ranks > 1 && r->cuda_) {
+    std::vector<Backend*> backends{r->backend_.get()};
+    for (auto& p : r->peers_) backends.push_back(p->backend_.get());
     EMBER_RETURN_IF_ERROR(join_cuda_tensor_parallel(backends));
   }
 #endif
-  std::unique_ptr<ModelRunner> r = std::move(ranks[0]);
-  r->make_resident_ = !o.mmap && o.device == "cpu";
-  for (size_t i = 1; i < ranks.size(); ++i) r->peers_.push_back(std::move(ranks[i]));
-  r->rank_threads_ = std::move(threads);
   return r;
 }
 
@@ -374,9 +368,8 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
   return Status::ok();
 }
 
+// (execute_argmax checked the cache and device_argmax_ before the ranks started.)
 Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
-  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
-  if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
   if (!cuda_) return execute_argmax_host(batch, token_ids);
   ClearStepMetadata clear{cuda_};
   Result<Tensor> out = enqueue_cuda(batch);
@@ -390,10 +383,9 @@ Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<
   return cuda_->argmax_rows(*out, token_ids.data());  // the one sync
 }
 
+// (execute_sample checked the cache and device_sample_ before the ranks started.)
 Status ModelRunner::execute_sample_local(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
                                          std::vector<DeviceSampled>& out) {
-  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
-  if (!device_sample_) return Status::error("execute_sample: not available on this runner");
   ClearStepMetadata clear{cuda_};
   Result<Tensor> logits = enqueue_cuda(batch);
   if (!logits.is_ok()) return logits.status();
@@ -456,8 +448,6 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
   return model_->forward(batch, kv_, logits);
 }
 Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
-  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
-  if (!device_argmax_) return Status::error("execute_argmax: not available on this runner");
   return execute_argmax_host(batch, token_ids);
 }
 Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch&) { return Status::error("no CUDA"); }
