@@ -738,6 +738,89 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   }
 }
 
+// Four dependent GEMVs as the phases of one chain launch (launch_qgemv_chain) against the same
+// four launched one by one: bit for bit. Each phase reads what the one before wrote (y, then y
+// accumulated into, then the norm of y), so a phase that starts before the grid barrier, or
+// reads x or the residual through a stale L1 line, shows. Phase sizes give blocks without a
+// tile (125 tiles), the persistent loop (601 tiles), segments with a bias, the GLU and folded
+// norms; the chain runs twice (the barrier words are reused).
+TEST(CudaQuant, ChainPhasesEqualSeparateLaunches) {
+  SKIP_WITHOUT_GPU();
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    const int64_t k0 = 1032, m1 = 2000, mz = 40, mf = 3000, m4 = 9601;
+    Packed w1 = make_packed(f, m1, k0, 81), wz = make_packed(f, mz, k0, 82), g = make_packed(f, mf, m1, 83);
+    Packed u = make_packed(f, mf, m1, 84), dn = make_packed(f, m1, mf, 85), w4 = make_packed(f, m4, m1, 86);
+    const auto zbias = random_floats(static_cast<size_t>(mz), 87);
+    auto zb = dev_floats(zbias, {mz});
+    auto nw = dev_floats(random_floats(static_cast<size_t>(m1), 88, 0.5f, 1.5f), {m1});
+    unsigned* barrier = nullptr;
+    ASSERT_EQ(cudaMalloc(&barrier, 2 * sizeof(unsigned)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(barrier, 0, 2 * sizeof(unsigned)), cudaSuccess);
+    for (int n : {1, 3}) {
+      const auto xs = random_floats(static_cast<size_t>(n * k0), 89 + n);
+      struct Outs {
+        DevTensor y, z, h, gate, glu, out;
+      };
+      auto run = [&](bool chained) {
+        auto x = dev_floats(xs, {n, k0});
+        Outs o{dev_tensor(DType::F32, {n, m1}), dev_tensor(DType::F32, {n, mz}), dev_tensor(DType::F32, {n, m1}),
+               dev_tensor(DType::F32, {n, mf}), dev_tensor(DType::F32, {n, mf}), dev_tensor(DType::F32, {n, m4})};
+        auto* y = static_cast<float*>(o.y.t.data);
+        auto* h = static_cast<float*>(o.h.t.data);
+        cuda::XNorm norm;
+        norm.w = nw.t.data;
+        norm.eps = 1e-5f;
+        norm.out = h;
+        cuda::QGemvSeg a[2], c[1], d[1];
+        a[0] = cuda::QGemvSeg{w1.t.data, nullptr, y, m1, false};
+        a[1] = cuda::QGemvSeg{wz.t.data, static_cast<const float*>(zb.t.data), static_cast<float*>(o.z.t.data), mz, false};
+        c[0] = cuda::QGemvSeg{dn.t.data, nullptr, y, m1, true};
+        d[0] = cuda::QGemvSeg{w4.t.data, nullptr, static_cast<float*>(o.out.t.data), m4, false};
+        auto* glu = static_cast<float*>(o.glu.t.data);
+        auto* gate = static_cast<float*>(o.gate.t.data);
+        const auto* xp = static_cast<const float*>(x.t.data);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        if (chained) {
+          cuda::QGemvPhase ph[4];
+          EXPECT_TRUE(cuda::qgemv_multi_phase(qf, a, 2, xp, n, k0, nullptr, &ph[0]));
+          EXPECT_TRUE(cuda::qgemv_glu_phase(qf, g.t.data, u.t.data, y, n, mf, m1, false, glu, gate, nullptr, &norm, &ph[1]));
+          EXPECT_TRUE(cuda::qgemv_multi_phase(qf, c, 1, glu, n, mf, nullptr, &ph[2]));
+          EXPECT_TRUE(cuda::qgemv_multi_phase(qf, d, 1, y, n, m1, &norm, &ph[3]));
+          EXPECT_EQ(cuda::launch_qgemv_chain(qf, ph, 4, barrier, false, nullptr), cudaSuccess);
+        } else {
+          EXPECT_EQ(cuda::launch_qgemv_multi(qf, a, 2, xp, n, k0, false, nullptr), cudaSuccess);
+          EXPECT_EQ(cuda::launch_qgemv_glu(qf, g.t.data, u.t.data, y, n, mf, m1, false, glu, gate, nullptr, false,
+                                           nullptr, cuda::QGemvPath::Auto, &norm),
+                    cudaSuccess);
+          EXPECT_EQ(cuda::launch_qgemv_multi(qf, c, 1, glu, n, mf, false, nullptr), cudaSuccess);
+          EXPECT_EQ(cuda::launch_qgemv_multi(qf, d, 1, y, n, m1, false, nullptr, cuda::QGemvPath::Auto, &norm),
+                    cudaSuccess);
+        }
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        return o;
+      };
+      const Outs sep = run(false);
+      for (int rep = 0; rep < 2; ++rep) {
+        const Outs ch = run(true);
+        const std::string where = std::string(f) + " n " + std::to_string(n) + " run " + std::to_string(rep);
+        EXPECT_EQ(download_floats(ch.y.t), download_floats(sep.y.t)) << where << " y (written, accumulated into)";
+        EXPECT_EQ(download_floats(ch.z.t), download_floats(sep.z.t)) << where << " z (bias)";
+        EXPECT_EQ(download_floats(ch.h.t), download_floats(sep.h.t)) << where << " h (norm of y)";
+        EXPECT_EQ(download_floats(ch.gate.t), download_floats(sep.gate.t)) << where << " gate";
+        EXPECT_EQ(download_floats(ch.glu.t), download_floats(sep.glu.t)) << where << " glu";
+        const auto out = download_floats(ch.out.t);
+        EXPECT_EQ(out, download_floats(sep.out.t)) << where << " out";
+        EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); })) << where;
+      }
+      // The separate launches themselves against the double reference of the first product.
+      EXPECT_LE(rel(download_floats(sep.z.t), reference(xs, wz.dec, zbias.data(), n, mz, k0, true, gemv_x(f))), 1e-4)
+          << f << " n " << n;
+    }
+    cudaFree(barrier);
+  }
+}
+
 TEST(CudaQuant, GetRowsOfPackedTable) {
   SKIP_WITHOUT_GPU();
   for (const char* f : {"int4", "fp8", "int8"}) {
