@@ -592,92 +592,6 @@ void profile_decode_once(cudaStream_t s, int sms) {
 }
 
 // One packed GEMV shape, launched plainly (no graph) 20 times over rotating copies, for
-// A Llama-3-8B decode layer's packed GEMVs at batch 1 (o accumulating into the residual r,
-// gate/up + GLU on rms_norm(r), down accumulating into r, q|k|v on rms_norm(r)), over enough
-// layer copies that L2 holds none: launched one by one as programmatic dependents (the backend
-// without chains) against one launch_qgemv_chain per layer; then the same with 16-row matrices
-// (one tile: what a phase boundary costs beside a launch boundary). `qchain [int4|fp8|int8]`.
-void bench_qgemv_chain(cudaStream_t s, double copy_gbs, const std::string& only_format) {
-  unsigned* barrier = static_cast<unsigned*>(dmalloc(8));
-  CK(cudaMemset(barrier, 0, 8));
-  for (QFormat f : {QFormat::Int4, QFormat::Fp8, QFormat::Int8}) {
-    const char* fname = f == QFormat::Int4 ? "int4" : f == QFormat::Int8 ? "int8" : "fp8";
-    if (!only_format.empty() && only_format != fname) continue;
-    for (const bool tiny : {false, true}) {
-      const int64_t d = 4096, ff = tiny ? 16 : 14336, mo = tiny ? 16 : 4096, mqkv = tiny ? 16 : 6144;
-      const int64_t dk = tiny ? 16 : d;  // down's output rows
-      struct Layer {
-        void *o, *g, *u, *dn, *qkv;
-      };
-      const size_t layer_bytes = qweight_bytes(f, mo, d) + 2 * qweight_bytes(f, ff, d) + qweight_bytes(f, dk, ff) +
-                                 qweight_bytes(f, mqkv, d);
-      const int n_layers = static_cast<int>(std::max<size_t>(4, (size_t{768} << 20) / layer_bytes + 1));
-      void* src = dmalloc(static_cast<size_t>(std::max(ff, mqkv) * std::max(d, ff)) * 2);
-      CK(launch_fill_random(DType::BF16, src, std::max(ff, mqkv) * std::max(d, ff), 10, -0.05f, 0.05f, s));
-      auto pack = [&](int64_t m, int64_t k) {
-        void* p = dmalloc(qweight_bytes(f, m, k));
-        CK(launch_qweight_pack(f, 2, src, 0, m, m, k, p, s));
-        return p;
-      };
-      std::vector<Layer> layers(static_cast<size_t>(n_layers));
-      for (Layer& l : layers) l = Layer{pack(mo, d), pack(ff, d), pack(ff, d), pack(dk, ff), pack(mqkv, d)};
-      CK(cudaStreamSynchronize(s));
-      CK(cudaFree(src));
-      auto* r = static_cast<float*>(dmalloc(static_cast<size_t>(d) * 4));
-      auto* h = static_cast<float*>(dmalloc(static_cast<size_t>(d) * 4));
-      auto* attn = static_cast<float*>(dmalloc(static_cast<size_t>(d) * 4));
-      auto* act = static_cast<float*>(dmalloc(static_cast<size_t>(std::max(ff, mqkv)) * 4 * 2));
-      auto* nw = static_cast<float*>(dmalloc(static_cast<size_t>(d) * 4));
-      CK(launch_fill_random(DType::F32, r, d, 3, -1.0f, 1.0f, s));
-      CK(launch_fill_random(DType::F32, attn, d, 4, -1.0f, 1.0f, s));
-      CK(launch_fill_random(DType::F32, nw, d, 5, 0.5f, 1.5f, s));
-      XNorm norm;
-      norm.w = nw;
-      norm.eps = 1e-5f;
-      norm.out = h;
-      // Phases of layer i ((tiny) outputs land in r's first rows and act: the data flow stays).
-      auto phases = [&](int i, QGemvPhase* ph) {
-        const Layer& l = layers[static_cast<size_t>(i) % layers.size()];
-        QGemvSeg o{l.o, nullptr, r, mo, true}, dn{l.dn, nullptr, r, dk, true}, qkv{l.qkv, nullptr, act + ff, mqkv, false};
-        bool ok = qgemv_multi_phase(f, &o, 1, attn, 1, d, nullptr, &ph[0]);
-        ok = ok && qgemv_glu_phase(f, l.g, l.u, r, 1, ff, d, false, act, nullptr, nullptr, &norm, &ph[1]);
-        ok = ok && qgemv_multi_phase(f, &dn, 1, act, 1, ff, nullptr, &ph[2]);
-        ok = ok && qgemv_multi_phase(f, &qkv, 1, r, 1, d, &norm, &ph[3]);
-        return ok;
-      };
-      QGemvPhase probe[4];
-      if (!phases(0, probe)) {
-        std::printf("qchain %s: a phase does not take the chain\n", fname);
-        continue;
-      }
-      const int per_graph = std::max(2 * n_layers, 16);
-      const double sep = time_graph(s, per_graph, 9, [&](int i) {
-        QGemvPhase ph[4];
-        phases(i, ph);
-        for (const QGemvPhase& p : ph) CK(launch_qgemv_chain(f, &p, 1, barrier, /*pdl=*/true, s));
-      });
-      const double chained = time_graph(s, per_graph, 9, [&](int i) {
-        QGemvPhase ph[4];
-        phases(i, ph);
-        CK(launch_qgemv_chain(f, ph, 4, barrier, /*pdl=*/true, s));
-      });
-      for (const auto& [what, ms] : {std::pair{"4 launches", sep}, std::pair{"1 chain", chained}}) {
-        const double gbs = layer_bytes / (ms * 1e-3) / 1e9;
-        char note[96];
-        std::snprintf(note, sizeof note, "%.2f us a layer, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
-        result("qchain", std::string("ember ") + fname + (tiny ? " 16-row layer " : " 8B layer n=1 ") + what, gbs,
-               "GB/s", note);
-      }
-      for (const Layer& l : layers)
-        for (void* p : {l.o, l.g, l.u, l.dn, l.qkv}) CK(cudaFree(p));
-      for (void* p : {static_cast<void*>(r), static_cast<void*>(h), static_cast<void*>(attn), static_cast<void*>(act),
-                      static_cast<void*>(nw)})
-        CK(cudaFree(p));
-    }
-  }
-  CK(cudaFree(barrier));
-}
-
 // `ncu -k regex:qgemv --launch-skip 10 --launch-count 1`: `qgemv-one int4|fp8|int8 M K N [glu]`.
 void profile_qgemv_one(cudaStream_t s, int argc, char** argv) {
   if (argc < 6) {
@@ -723,7 +637,6 @@ int main(int argc, char** argv) {
   const double copy = only == "profile" ? 0.0 : copy_bandwidth(s);
   if (only.empty() || only == "gemv") bench_gemv(s, copy, **lt);
   if (only.empty() || only == "gemv" || only == "qgemv") bench_qgemv(s, copy, **lt);
-  if (only.empty() || only == "qchain") bench_qgemv_chain(s, copy, argc > 2 ? argv[2] : "");
   if (only == "profile") {
     profile_once(s, prop.multiProcessorCount);
     return 0;

@@ -114,11 +114,6 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
   be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
-  // Off by default: measured slower (H200, session 13: a grid barrier costs more than a
-  // programmatic-dependent launch boundary); EMBER_CUDA_QGEMV_CHAIN=1 turns it on.
-  be->chain_gemvs_ = std::getenv("EMBER_CUDA_QGEMV_CHAIN") && std::string(std::getenv("EMBER_CUDA_QGEMV_CHAIN")) == "1";
-  EMBER_CUDA_TRY(cudaMalloc(&be->chain_barrier_, 2 * sizeof(unsigned)));
-  EMBER_CUDA_TRY(cudaMemset(be->chain_barrier_, 0, 2 * sizeof(unsigned)));
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
     EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->side_[i], cudaStreamNonBlocking));
@@ -144,7 +139,6 @@ CudaBackend::~CudaBackend() {
   for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_, &split_})
     if (s->p) cudaFree(s->p);
   if (iota_) cudaFree(iota_);
-  if (chain_barrier_) cudaFree(chain_barrier_);
   if (argmax_dev_) cudaFree(argmax_dev_);
   if (argmax_host_) cudaFreeHost(argmax_host_);
   if (sample_dev_) cudaFree(sample_dev_);
@@ -358,7 +352,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
     pn.b = pa_.b;
     pn.sum = pa_.out;
   }
-  flush(/*keep_chain=*/true);
+  flush();
   pn.w = w.data;
   pn.w_type = w.dtype;
   pn.eps = eps;
@@ -372,12 +366,8 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
                         (fold_norm_ && !pn.b && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
                          !overlaps(out.data, out.nbytes(), x.data, x.nbytes()) &&
                          xnorm_supported(static_cast<int>(pn.rows), d, x.data, out.data, w.data, w.dtype == DType::BF16)));
-  if (pn.active) {
-    pn_ = pn;
-  } else {
-    launch_chain();
-    launch_norm(pn);
-  }
+  if (pn.active) pn_ = pn;
+  else launch_norm(pn);
 }
 
 void CudaBackend::launch_norm(const PendingNorm& pn) {
@@ -562,7 +552,6 @@ bool CudaBackend::rows_from_producer(const Tensor& x, const GemmRowsOut& ro, boo
   // A producer hinted read-once writes only the GEMM's rows.
   const bool once = take_read_once(x.data, static_cast<size_t>(n * k) * sizeof(float));
   cudaError_t e = cudaErrorNotSupported;
-  if ((pn_.active && pn_.out == x.data) || (pgl_.active && pgl_.out == x.data)) launch_chain();  // (older)
   if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
     e = launch_rms_norm_rows(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, once ? nullptr : pn_.out, n, k, ro,
                              stream_, /*pdl=*/true);
@@ -881,8 +870,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
                             const AttentionParams& p, Tensor& out) {
   // The rope + K/V store kv_store held back for this attention (q and the cache its own), if
   // no op deferred since (flush would launch that one first, out of order).
-  const bool others_pending = pgm_.active || pg_.count > 0 || pa_.active || pn_.active || pgl_.active || pr_.active ||
-                              chain_.count > 0;
+  const bool others_pending = pgm_.active || pg_.count > 0 || pa_.active || pn_.active || pgl_.active || pr_.active;
   const bool held_rope = prs_active_ && !others_pending && prs_.q == q.data && prs_.k_cache == kv.k.data &&
                          prs_.v_cache == kv.v.data && prs_.head_dim == p.head_dim &&
                          prs_.n * p.n_heads * p.head_dim == q.numel();
@@ -1011,16 +999,9 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
   if (pair && pg_.wtype != DType::BF16) {
     // Packed gate and up GEMVs just before: one launch with the GLU in its epilogue.
     pg_.count = 0;
-    const QFormat f = qformat_of(pg_.wtype);
-    QGemvPhase ph;
-    if (qgemv_glu_phase(f, g.w, u.w, pg_.input(), pg_.n, g.m, pg_.k, gelu_tanh, out.as<float>(), g.out, u.out,
-                        &pg_.norm, &ph)) {
-      queue_phase(f, ph);
-      return;
-    }
-    launch_chain();
-    EMBER_CUDA_CHECK(launch_qgemv_glu(f, g.w, u.w, pg_.input(), pg_.n, g.m, pg_.k, gelu_tanh, out.as<float>(), g.out,
-                                      u.out, /*pdl=*/true, stream_, QGemvPath::Auto, &pg_.norm));
+    EMBER_CUDA_CHECK(launch_qgemv_glu(qformat_of(pg_.wtype), g.w, u.w, pg_.input(), pg_.n, g.m, pg_.k, gelu_tanh,
+                                      out.as<float>(), g.out, u.out, /*pdl=*/true, stream_, QGemvPath::Auto,
+                                      &pg_.norm));
     return;
   }
   int variant = gemv_variant(pg_.n, g.m, pg_.k);

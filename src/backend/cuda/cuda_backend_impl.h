@@ -24,10 +24,6 @@
 //     projections is such a plain norm: a decode layer's two norms take no launch of their own.
 //     (BF16 GEMVs do neither: their many short blocks would each repeat the norm, measured
 //     8-12% slower at batch 1.)
-//   - consecutive packed GEMVs that take the staged kernel (a decode step's o, gate/up + GLU,
-//     down and the next layer's q/k/v, between two attention launches): one persistent launch
-//     that runs them as phases with a grid barrier between (launch_qgemv_chain); flushes that
-//     only defer (rms_norm, a GEMV's own) leave them queued.
 // EMBER_CUDA_FUSE=0 turns the deferral off (every op launches as called), EMBER_CUDA_LEAN_GLU=0
 // the read-once hints (and with them the BF16 gate / up outputs), EMBER_CUDA_FOLD_NORM=0 the
 // GEMVs' residual accumulation and norm folding (see below). EMBER_CUDA_FP8_OUTER=0
@@ -35,7 +31,6 @@
 // EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
 // launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
 // EMBER_CUDA_DECODE_SPLITS force a GEMV tiling / a decode split count (tuning experiments).
-// EMBER_CUDA_QGEMV_CHAIN=1 launches consecutive packed GEMVs as one chain (slower; off).
 // EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through NCCL too
 // instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
@@ -147,21 +142,8 @@ class CudaBackend final : public Backend, public CudaStep {
   const int32_t* seq_ids(const std::vector<int32_t>& ids, MetaRef& ref);
   bool on_device(const void* p);
 
-  // Deferred launches (see the file comment). keep_chain: staged packed GEMVs may stay queued
-  // in chain_ (callers that launch nothing themselves, only defer); any other flush launches
-  // them, so every launch after a flush() follows them in the stream.
-  void flush(bool keep_chain = false);
-  // Staged packed GEMVs of one format, queued to run as the phases of one persistent launch
-  // (launch_qgemv_chain): the decode step's GEMVs between two other kernels.
-  struct PendingChain {
-    QFormat f = QFormat::Int4;
-    QGemvPhase ph[kQGemvMaxChain];
-    int count = 0;
-  };
-  // Queues a phase (launching what is queued first when it cannot join), or, with chains off,
-  // launches it now.
-  void queue_phase(QFormat f, const QGemvPhase& ph);
-  void launch_chain();
+  // Deferred launches (see the file comment).
+  void flush();
   // accumulate: out += the product (matmul_accumulate).
   bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out, bool accumulate = false);
   struct PendingGemv {
@@ -301,10 +283,6 @@ class CudaBackend final : public Backend, public CudaStep {
   // EMBER_CUDA_FOLD_NORM=0: packed GEMVs neither add into a residual nor fold the norm after
   // it in (A/B runs).
   bool fold_norm_ = true;
-  // EMBER_CUDA_QGEMV_CHAIN=1: consecutive packed GEMVs as one chain launch (off: slower).
-  bool chain_gemvs_ = false;
-  PendingChain chain_;
-  unsigned* chain_barrier_ = nullptr;  // two u32 words (launch_qgemv_chain)
   bool fp8_large(const Tensor& x, const Tensor& w) const;
   static const float* fp8_channel_scales(const Tensor& w);
   Fp8Rows fp8_rows_of(const Tensor& x);

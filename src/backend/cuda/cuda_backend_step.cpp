@@ -135,7 +135,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
       x_raw = pn_.x;
       pn_.active = false;  // launched inside the GEMV
     }
-    flush(/*keep_chain=*/true);
+    flush();
     pg_.x = x.as<float>();
     pg_.n = static_cast<int>(n);
     pg_.k = k;
@@ -152,31 +152,13 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
   return true;
 }
 
-void CudaBackend::queue_phase(QFormat f, const QGemvPhase& ph) {
-  if (chain_.count > 0 && (chain_.f != f || chain_.count == kQGemvMaxChain)) launch_chain();
-  chain_.f = f;
-  chain_.ph[chain_.count++] = ph;
-  if (!chain_gemvs_) launch_chain();
-}
-
-void CudaBackend::launch_chain() {
-  if (chain_.count == 0) return;
-  const int count = chain_.count;
-  chain_.count = 0;
-  EMBER_CUDA_CHECK(launch_qgemv_chain(chain_.f, chain_.ph, count, chain_barrier_, /*pdl=*/true, stream_));
-}
-
-void CudaBackend::flush(bool keep_chain) {
-  // The queued chain is older than anything pending here (its phases came from pg_, and
-  // everything else pending was deferred after them): it goes first.
+void CudaBackend::flush() {
   if (prs_active_) {  // (the oldest pending op: kv_store flushed everything before it)
     prs_active_ = false;
-    launch_chain();
     EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
   }
   if (pgm_.active) {
     pgm_.active = false;
-    launch_chain();
     pgm_.run(*this, pgm_.jobs, false);
   }
   if (pg_.count > 0) {
@@ -188,24 +170,15 @@ void CudaBackend::flush(bool keep_chain) {
         const GemvSeg& g = pg_.segs[s];
         q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
       }
-      const QFormat f = qformat_of(pg_.wtype);
-      QGemvPhase ph;
-      if (qgemv_multi_phase(f, q, count, pg_.input(), pg_.n, pg_.k, &pg_.norm, &ph)) {
-        queue_phase(f, ph);
-      } else {
-        launch_chain();
-        EMBER_CUDA_CHECK(launch_qgemv_multi(f, q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true, stream_,
-                                            QGemvPath::Auto, &pg_.norm));
-      }
+      EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
+                                          stream_, QGemvPath::Auto, &pg_.norm));
     } else {
-      launch_chain();
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
       EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, gemv_variant(pg_.n, rows, pg_.k),
                                               /*pdl=*/true, stream_));
     }
   }
-  if (pa_.active || pn_.active || pgl_.active || pr_.active) launch_chain();
   if (pa_.active) {
     pa_.active = false;
     EMBER_CUDA_CHECK(launch_add(pa_.a, pa_.b, pa_.out, pa_.n, stream_, /*pdl=*/true));
@@ -229,7 +202,6 @@ void CudaBackend::flush(bool keep_chain) {
                                   pr_.inv_freq, pr_.n, pr_.head_dim, pr_.rotary_dim, pr_.neox,
                                   pr_.factor, stream_, /*pdl=*/true));
   }
-  if (!keep_chain) launch_chain();
   n_read_once_ = 0;  // a hint covers the ops up to its reader, never past a flush
 }
 

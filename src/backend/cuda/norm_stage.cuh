@@ -71,7 +71,7 @@ __device__ void rms_inverse_rows(const float* x, int n, int64_t d, float eps, fl
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = t + j * T;
-        v[b][j] = vw < total && i < n4 ? __ldcg(xr + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // (L2: see stage_x)
+        v[b][j] = vw < total && i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     }
 #pragma unroll

@@ -323,15 +323,11 @@ bool qgemv_supported(int n, int64_t k, const void* x) {
   return n >= 1 && n <= kQGemvMaxBatch && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-namespace {
-
-// The problem of launch_qgemv_multi (its caller checks the norm); false: nothing to launch
-// (every segment empty: err cudaSuccess) or invalid arguments.
-bool multi_problem(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n, int64_t k,
-                   const XNorm* norm, QArgs& A, cudaError_t& err) {
-  err = cudaErrorInvalidValue;
-  if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return false;
-  A = base_args(f, x, n, k);
+cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
+                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
+  if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
+  if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
+  QArgs A = base_args(f, x, n, k);
   int tiles = 0, used = 0;
   for (int s = 0; s < n_segs; ++s) {
     if (segs[s].m == 0) continue;
@@ -345,22 +341,21 @@ bool multi_problem(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, 
     A.tile_end[used] = tiles;
     ++used;
   }
-  err = cudaSuccess;
-  if (used == 0) return false;
+  if (used == 0) return cudaSuccess;
   A.n_segs = used;
   A.n_tiles = tiles;
   if (norm) A.norm = *norm;
-  return true;
+  if (use_staged(path, f, n, k, /*plain=*/!(norm && norm->w))) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
+  return launch<1>(f, A, pdl, stream);
 }
 
-bool glu_problem(QFormat f, const void* w_gate, const void* w_up, const float* x, int n, int64_t m, int64_t k,
-                 bool gelu_tanh, float* out, float* gate_out, float* up_out, const XNorm* norm, QArgs& A,
-                 cudaError_t& err) {
-  err = cudaSuccess;
-  if (m == 0) return false;
-  err = cudaErrorInvalidValue;
-  if (!qgemv_supported(n, k, x)) return false;
-  A = base_args(f, x, n, k);
+cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
+                             int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
+                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
+  if (m == 0) return cudaSuccess;
+  if (!qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
+  if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
+  QArgs A = base_args(f, x, n, k);
   A.w[0] = static_cast<const uint8_t*>(w_gate);
   A.w[1] = static_cast<const uint8_t*>(w_up);
   A.scales[0] = scales_of(f, w_gate, m, k);
@@ -373,51 +368,8 @@ bool glu_problem(QFormat f, const void* w_gate, const void* w_up, const float* x
   A.up_out = up_out;
   A.gelu = gelu_tanh;
   if (norm) A.norm = *norm;
-  err = cudaSuccess;
-  return true;
-}
-
-}  // namespace
-
-cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
-                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
-  if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
-  QArgs A;
-  cudaError_t err;
-  if (!multi_problem(f, segs, n_segs, x, n, k, norm, A, err)) return err;
-  if (use_staged(path, f, n, k, /*plain=*/!(norm && norm->w))) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
-  return launch<1>(f, A, pdl, stream);
-}
-
-cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
-                             int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
-                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
-  if (m == 0) return cudaSuccess;
-  if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
-  QArgs A;
-  cudaError_t err;
-  if (!glu_problem(f, w_gate, w_up, x, n, m, k, gelu_tanh, out, gate_out, up_out, norm, A, err)) return err;
   if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
   return launch<2>(f, A, pdl, stream);
-}
-
-bool qgemv_multi_phase(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n, int64_t k,
-                       const XNorm* norm, QGemvPhase* out) {
-  cudaError_t err;
-  out->glu = false;
-  return use_staged(QGemvPath::Auto, f, n, k) && (!norm || !norm->w || qgemv_takes_norm(f, n, k, x, norm)) &&
-         multi_problem(f, segs, n_segs, x, n, k, norm, out->p, err) &&
-         qgemv_chain_takes(f, *out);
-}
-
-bool qgemv_glu_phase(QFormat f, const void* w_gate, const void* w_up, const float* x, int n, int64_t m,
-                     int64_t k, bool gelu_tanh, float* out, float* gate_out, float* up_out, const XNorm* norm,
-                     QGemvPhase* phase) {
-  cudaError_t err;
-  phase->glu = true;
-  return use_staged(QGemvPath::Auto, f, n, k) && (!norm || !norm->w || qgemv_takes_norm(f, n, k, x, norm)) &&
-         glu_problem(f, w_gate, w_up, x, n, m, k, gelu_tanh, out, gate_out, up_out, norm, phase->p, err) &&
-         qgemv_chain_takes(f, *phase);
 }
 
 }  // namespace ember::cuda

@@ -159,32 +159,4 @@ bool qgemv_staged_fits(QFormat f, int n, int64_t k);  // n rows of BF16 x fit be
 bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k);
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream);
 
-// ---- chains: consecutive staged GEMVs as the phases of one persistent launch ----
-// A decode step's GEMVs between two attention launches (o, gate/up + GLU, down, the next
-// layer's q/k/v) run back to back on one grid with a grid barrier between phases; each block
-// issues its first weight copies of the next phase before the barrier, so the DRAM stream
-// does not drain and ramp between GEMVs. Same arithmetic as launching each phase alone.
-constexpr int kQGemvMaxChain = 8;
-
-// One GEMV of a chain: what launch_qgemv_multi / launch_qgemv_glu would launch.
-struct QGemvPhase {
-  QGemvProblem p;
-  bool glu = false;
-};
-// The phase launch_qgemv_multi (glu: launch_qgemv_glu) would run with these arguments, when it
-// would run the staged kernel with its 8-unit ring and fits a chain's two blocks an SM; false
-// when that launcher must run it alone. (path Auto.)
-bool qgemv_multi_phase(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n, int64_t k,
-                       const XNorm* norm, QGemvPhase* out);
-bool qgemv_glu_phase(QFormat f, const void* w_gate, const void* w_up, const float* x, int n, int64_t m,
-                     int64_t k, bool gelu_tanh, float* out, float* gate_out, float* up_out, const XNorm* norm,
-                     QGemvPhase* phase);
-// Whether a phase the two functions above built may join a chain (used by them).
-bool qgemv_chain_takes(QFormat f, const QGemvPhase& ph);
-// Runs phases [0, n) in order (n <= kQGemvMaxChain, one format): one launch of the chain
-// kernel, or the staged kernel when n == 1. barrier: two zeroed u32 words of device memory
-// that only this stream's chains use (they are left as the barrier needs them).
-cudaError_t launch_qgemv_chain(QFormat f, const QGemvPhase* phases, int n, unsigned* barrier, bool pdl,
-                               cudaStream_t stream);
-
 }  // namespace ember::cuda

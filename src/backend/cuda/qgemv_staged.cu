@@ -34,7 +34,6 @@
 #include "backend/cuda/norm_stage.cuh"
 #include "backend/cuda/qgemv.cuh"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -70,7 +69,6 @@ constexpr size_t kPlainTwoBlockSmem = (228 * 1024) / 2 - 1024 - kPlainStaticSmem
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
   int x_stride = 0;  // bytes of one staged x row
-  int red_off = 0;   // chain kernel: where the reduction buffers start in dynamic shared memory
 };
 
 int staged_x_stride(QFormat f, int64_t k) {
@@ -259,8 +257,8 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem) {
     float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
     if (ok && k0 < A.k) {  // k % 8 == 0: a chunk is all in or all out
       const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
-      v0 = __ldcg(xp);  // (L2: in a chain another block of this grid wrote x)
-      v1 = __ldcg(xp + 1);
+      v0 = __ldg(xp);
+      v1 = __ldg(xp + 1);
       if (norm) {
         v0 = rms_scale4(v0, s_inv[row], xnorm_w4(A.norm, k0 / 4));
         v1 = rms_scale4(v1, s_inv[row], xnorm_w4(A.norm, k0 / 4 + 1));
@@ -345,64 +343,42 @@ __device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint8_t*
   }
 }
 
-// The ring of warp `warp` for S streams of R units: slot p at ring_of + p * slot_bytes<F, S>().
-template <QFormat F, int S, int R>
-__device__ __forceinline__ uint8_t* warp_ring(uint8_t* smem_all, int warp) {
-  return smem_all + warp * (stages<S, R>() * slot_bytes<F, S>());
-}
-
-// The first pipeline round of this block's first tile (`tile`): weights only, so under
-// programmatic dependent launch (and in a chain, before the grid barrier) the copies are in
-// flight while the producer of x finishes. Commits stages<S, R>() groups (empty ones when the
-// block has no tile). int4: the scale words of every slot are zeroed first, since a slot never
-// loaded is still read (its x is the zero block) and must not hold a NaN.
-template <QFormat F, int S, int R>
-__device__ __forceinline__ void issue_first(const SArgs& A, uint8_t* smem_all, int tile) {
-  constexpr int kStages = stages<S, R>();
-  constexpr int kSlot = slot_bytes<F, S>();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  uint8_t* ring_ptr = warp_ring<F, S, R>(smem_all, warp);
-  if constexpr (F == QFormat::Int4) {
-#pragma unroll
-    for (int p = 0; p < kStages; ++p)
-      if (lane < S * kScaleBytes / 4) reinterpret_cast<uint32_t*>(ring_ptr + p * kSlot + S * 1024)[lane] = 0;
-    __syncwarp();
-  }
-  const bool has_tile = tile < A.n_tiles;
-  TilePtrs<S> lp;
-  if (has_tile) tile_ptrs<S>(A, tile, g, t, warp, lp);
-  const uint32_t ring = smem_addr(ring_ptr) + lane * 16;
-#pragma unroll
-  for (int p = 0; p < kStages; ++p) {
-    if (has_tile && warp + kWarps * p < A.n_units) load_stage<F, S>(ring + p * kSlot, lane < 2, lp, kWarps * p);
-    cp_commit();
-  }
-}
-
-// The tiles blockIdx.x, + gridDim.x, ... of one GEMV, after issue_first: stages x, then streams
-// the weights through the ring. red: float4 [2][kWarps][32][S] of shared memory (the partial
-// sums of the tile-end reduction, double-buffered).
 template <QFormat F, int S, int P, int R>
-__device__ __forceinline__ void run_tiles(const SArgs& A, uint8_t* smem_all, float4* red) {
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
-  constexpr int kSlot = slot_bytes<F, S>();
-  int tile = blockIdx.x;
-  if (tile >= A.n_tiles) return;  // (a chain's grid may outnumber a phase's tiles)
+  extern __shared__ __align__(16) uint8_t smem_all[];
+  __shared__ float4 red[2][kWarps][32][S];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int n_units = A.n_units, n_chunks = A.n_chunks, n_tiles = A.n_tiles;
-  uint8_t* ring_ptr = warp_ring<F, S, R>(smem_all, warp);
-  const uint32_t ring = smem_addr(ring_ptr) + lane * 16;
-  ring_ptr += lane * 16;
+  int tile = blockIdx.x;
+  // This warp's ring: slot p at ring + p * kSlot (kStages * S = R units a warp).
+  constexpr int kSlot = slot_bytes<F, S>();
+  const uint32_t ring = smem_addr(smem_all) + warp * (kStages * kSlot) + lane * 16;
+  const uint8_t* ring_ptr = smem_all + warp * (kStages * kSlot) + lane * 16;
   // int4: this lane's scale of row g in slot 0 (row g + 8's is 16 bytes on).
-  const uint8_t* scale_ptr = warp_ring<F, S, R>(smem_all, warp) + S * 1024 + g * 2;
+  const uint8_t* scale_ptr = smem_all + warp * (kStages * kSlot) + S * 1024 + g * 2;
   const bool copies_scales = lane < 2;
   uint8_t* smem = smem_all + ring_bytes(F, R);
+  if constexpr (F == QFormat::Int4) {  // slots never loaded hold finite scales (their x is the zero block)
+#pragma unroll
+    for (int p = 0; p < kStages; ++p)
+      if (lane < S * kScaleBytes / 4)
+        reinterpret_cast<uint32_t*>(smem_all + warp * (kStages * kSlot) + p * kSlot + S * 1024)[lane] = 0;
+    __syncwarp();
+  }
+
   TilePtrs<S> lp;
   tile_ptrs<S>(A, tile, g, t, warp, lp);
+#pragma unroll
+  for (int p = 0; p < kStages; ++p) {
+    if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
+    cp_commit();
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   stage_x<F>(A, smem);
   __syncthreads();
 
@@ -413,7 +389,6 @@ __device__ __forceinline__ void run_tiles(const SArgs& A, uint8_t* smem_all, flo
   const float* xsum = reinterpret_cast<const float*>(smem + A.n * A.x_stride + kZeroBytes);
   const uint8_t* zero_xb = smem + A.n * A.x_stride + t * 16;
   const float* zero_xs = reinterpret_cast<const float*>(smem + A.n * A.x_stride) + 2 * t;
-  auto red_at = [&](int b, int w, int l) { return red + ((b * kWarps + w) * 32 + l) * S; };
 
   // Epilogue thread (l, v) = (threadIdx.x / 4, threadIdx.x % 4) of the reduction below: lane l's
   // accumulator v = row (l / 4) + 8 * (v / 2) of the tile, batch column 2 (l % 4) + v % 2.
@@ -439,7 +414,7 @@ __device__ __forceinline__ void run_tiles(const SArgs& A, uint8_t* smem_all, flo
         }
         if constexpr (!kGlu) {
           if (sg.bias) bias_v = __ldg(sg.bias + row);
-          if (sg.accumulate) out_v = __ldcg(sg.out + col * sg.m + row);
+          if (sg.accumulate) out_v = sg.out[col * sg.m + row];
         }
       }
     }
@@ -482,7 +457,7 @@ __device__ __forceinline__ void run_tiles(const SArgs& A, uint8_t* smem_all, flo
       }
     }
 #pragma unroll
-    for (int s = 0; s < S; ++s) red_at(buf, warp, lane)[s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
+    for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
     __syncthreads();
     if (threadIdx.x < 128) {
       const int l = threadIdx.x / 4, v = threadIdx.x % 4;
@@ -495,7 +470,7 @@ __device__ __forceinline__ void run_tiles(const SArgs& A, uint8_t* smem_all, flo
         for (int s = 0; s < S; ++s) {
           float z = 0.0f;
 #pragma unroll
-          for (int w = 0; w < kWarps; ++w) z += (&red_at(buf, w, l)[s].x)[v];
+          for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
           if constexpr (F != QFormat::Int4) z *= row_scale[s] * SFmt<F>::kSumScale;
           sum[s] = z;
         }
@@ -511,78 +486,6 @@ __device__ __forceinline__ void run_tiles(const SArgs& A, uint8_t* smem_all, flo
       }
     }
     buf ^= 1;  // the next tile writes the other buffer; the barrier above orders the reuse
-  }
-}
-
-template <QFormat F, int S, int P, int R>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
-  extern __shared__ __align__(16) uint8_t smem_all[];
-  __shared__ float4 red[2 * kWarps * 32 * S];
-  issue_first<F, S, R>(A, smem_all, blockIdx.x);
-  pdl_wait();
-  pdl_launch_dependents();
-  run_tiles<F, S, P, R>(A, smem_all, red);
-}
-
-// ---- chains: several GEMVs in one persistent launch ----
-
-// A barrier of all blocks of a grid that are resident together: count (word 0) collects the
-// arrivals, the last one resets it and bumps the generation (word 1) that the others wait on.
-// The words return to (0, g + 1) after each use, so any grid size may use them next, in a later
-// launch or a captured graph's replay. The fences order every thread's earlier global writes
-// (through the block barrier) before the arrival, and the waiters' later reads after it.
-__device__ __forceinline__ void grid_barrier(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned gen;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
-    } else {
-      unsigned now = gen;
-      while (now == gen) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar + 1) : "memory");
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-struct ChainArgs {
-  SArgs ph[kQGemvMaxChain];
-  bool glu[kQGemvMaxChain] = {};
-  int n_phases = 0;
-  unsigned* barrier = nullptr;
-  bool issue_early = true;  // EMBER_CUDA_CHAIN_EARLY=0: the next phase's copies after the barrier (A/B)
-};
-
-// The phases of a chain one after another on one persistent grid (every block resident): the
-// blocks that finish a phase issue the weight copies of their first tile of the next one, then
-// wait at the grid barrier for the others' outputs (the next phase's x, or the residual it
-// accumulates into), so the DRAM stream does not stop between the GEMVs as it does between
-// launches. All phases use the 8-unit ring (the same bytes, laid out per S).
-template <QFormat F, int P>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_chain_kernel(const __grid_constant__ ChainArgs C) {
-  extern __shared__ __align__(16) uint8_t smem_all[];
-  auto issue = [&](int i) {
-    if (C.glu[i]) issue_first<F, 2, 8>(C.ph[i], smem_all, blockIdx.x);
-    else issue_first<F, 1, 8>(C.ph[i], smem_all, blockIdx.x);
-  };
-  issue(0);
-  pdl_wait();
-  pdl_launch_dependents();
-  for (int i = 0; i < C.n_phases; ++i) {
-    const SArgs& A = C.ph[i];
-    auto* red = reinterpret_cast<float4*>(smem_all + A.red_off);
-    if (C.glu[i]) run_tiles<F, 2, P, 8>(A, smem_all, red);
-    else run_tiles<F, 1, P, 8>(A, smem_all, red);
-    if (i + 1 < C.n_phases) {
-      if (C.issue_early) issue(i + 1);
-      grid_barrier(C.barrier);
-      if (!C.issue_early) issue(i + 1);
-    }
   }
 }
 
@@ -640,76 +543,7 @@ cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
   return launch_typed<QFormat::Fp8, S, R>(A, pdl, stream);
 }
 
-// A chain phase's dynamic shared memory: the 8-unit ring, x, then its reduction buffers.
-size_t chain_red_offset(QFormat f, const QGemvProblem& p) {
-  return (staged_smem(f, 8, p.n, p.k) + 15) / 16 * 16;
-}
-size_t chain_smem(QFormat f, const QGemvPhase& ph) {
-  return chain_red_offset(f, ph.p) + size_t{2} * kWarps * 32 * sizeof(float4) * (ph.glu ? 2 : 1);
-}
-// Two chain blocks an SM (the chain needs every block resident; one block an SM would halve
-// the warps that hide the weights' latency): static shared memory is stage_x's norm sums.
-constexpr size_t kChainStaticSmem = (kXNormMaxRows * 32 + kXNormMaxRows) * 4;
-constexpr size_t kChainMaxSmem = (228 * 1024) / 2 - 1024 - kChainStaticSmem;
-
-template <QFormat F>
-cudaError_t launch_chain_typed(const ChainArgs& C, size_t smem, int max_tiles, bool pdl, cudaStream_t stream) {
-  static const int pair_env = [] {  // as launch_typed
-    const char* e = std::getenv("EMBER_CUDA_QGEMV_PAIR");
-    return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
-  }();
-  const bool pair = pair_env < 0 ? F != QFormat::Int4 : pair_env == 1;
-  auto kernel = pair ? qgemv_chain_kernel<F, 2> : qgemv_chain_kernel<F, 1>;
-  const int resident = resident_blocks(kernel, smem, kChainMaxSmem);
-  if (resident <= 0) return cudaErrorInvalidConfiguration;
-  // Never more blocks than fit at once: they all meet at the grid barriers.
-  const int grid = max_tiles < resident ? max_tiles : resident;
-  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, C);
-}
-
-SArgs staged_args(QFormat f, const QGemvProblem& p, int r, bool glu) {
-  SArgs A;
-  static_cast<QGemvProblem&>(A) = p;
-  A.x_stride = staged_x_stride(f, p.k);
-  const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
-  A.n_chunks = (A.n_units + per_round - 1) / per_round;
-  return A;
-}
-
 }  // namespace
-
-bool qgemv_chain_takes(QFormat f, const QGemvPhase& ph) {
-  return ring_units(f, false, ph.p.n, ph.p.k) == 8 && ph.p.n_tiles > 0 && chain_smem(f, ph) <= kChainMaxSmem;
-}
-
-cudaError_t launch_qgemv_chain(QFormat f, const QGemvPhase* phases, int n, unsigned* barrier, bool pdl,
-                               cudaStream_t stream) {
-  if (n < 1 || n > kQGemvMaxChain) return cudaErrorInvalidValue;
-  if (n == 1) return launch_qgemv_staged(f, phases[0].p, phases[0].glu, pdl, stream);
-  if (!barrier) return cudaErrorInvalidValue;
-  static const bool early = [] {
-    const char* e = std::getenv("EMBER_CUDA_CHAIN_EARLY");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  ChainArgs C;
-  C.issue_early = early;
-  C.n_phases = n;
-  C.barrier = barrier;
-  size_t smem = 0;
-  int max_tiles = 0;
-  for (int i = 0; i < n; ++i) {
-    const QGemvPhase& ph = phases[i];
-    if (!qgemv_chain_takes(f, ph)) return cudaErrorInvalidValue;
-    C.ph[i] = staged_args(f, ph.p, 8, ph.glu);
-    C.ph[i].red_off = static_cast<int>(chain_red_offset(f, ph.p));
-    C.glu[i] = ph.glu;
-    smem = std::max(smem, chain_smem(f, ph));
-    max_tiles = std::max(max_tiles, ph.p.n_tiles);
-  }
-  if (f == QFormat::Int4) return launch_chain_typed<QFormat::Int4>(C, smem, max_tiles, pdl, stream);
-  if (f == QFormat::Int8) return launch_chain_typed<QFormat::Int8>(C, smem, max_tiles, pdl, stream);
-  return launch_chain_typed<QFormat::Fp8>(C, smem, max_tiles, pdl, stream);
-}
 
 bool qgemv_staged_fits(QFormat f, int n, int64_t k) { return ring_units(f, false, n, k) > 0; }
 bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k) { return ring_units(f, true, n, k) > 0; }
@@ -717,7 +551,11 @@ bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k) { return ring_units(f,
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
   const int r = ring_units(f, !glu && p.norm.w == nullptr, p.n, p.k);
   if (r == 0) return cudaErrorInvalidValue;
-  const SArgs A = staged_args(f, p, r, glu);
+  SArgs A;
+  static_cast<QGemvProblem&>(A) = p;
+  A.x_stride = staged_x_stride(f, p.k);
+  const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
+  A.n_chunks = (A.n_units + per_round - 1) / per_round;
   if (glu) return launch_s<2, 8>(f, A, pdl, stream);
   return r == 4 ? launch_s<1, 4>(f, A, pdl, stream) : launch_s<1, 8>(f, A, pdl, stream);
 }
