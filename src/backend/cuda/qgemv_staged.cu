@@ -13,7 +13,9 @@
 //     all after a __syncwarp), so no plain global load waits inside the loop;
 //   - x is converted once per block (after griddepcontrol.wait) to BF16 in shared memory, laid
 //     out so that a lane's B fragments for a unit are 2-4 conflict-free 16-byte loads (the
-//     slice of lane t at j * 64 + t * 16 of the unit); batch rows >= n read a zero block.
+//     slice of lane t at j * 64 + t * 16 of the unit); batch rows >= n read a zero block. Each
+//     warp converts only the units it multiplies (stage_x_warp), so no block barrier stands
+//     between a warp's x and its first weights.
 //   - the grid is persistent (at most the resident blocks; a block loops over tiles with
 //     stride gridDim.x), so x is staged once per block, and the loads of the next tile's
 //     first units are issued before the current tile's reduction.
@@ -69,6 +71,7 @@ constexpr size_t kPlainTwoBlockSmem = (228 * 1024) / 2 - 1024 - kPlainStaticSmem
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
   int x_stride = 0;  // bytes of one staged x row
+  bool warp_stage = true;  // stage_x_warp (EMBER_CUDA_QGEMV_WARP_STAGE=0: stage_x, A/B runs)
 };
 
 int staged_x_stride(QFormat f, int64_t k) {
@@ -233,12 +236,42 @@ __device__ __forceinline__ void read_slot(const uint8_t* slot, int s, uint32_t (
   hi[0] = hv.x, hi[1] = hv.y, hi[2] = hv.z, hi[3] = hv.w;
 }
 
+// One 8-element chunk of x row `row` (v0, v1, already normalized) into the staged layout: chunk
+// ci of unit u; int4 also sums the unit's 16 chunks as BF16 into xsum (a shuffle over the 16
+// lanes that hold them: every lane of the warp must call this, ok or not).
+template <QFormat F>
+__device__ __forceinline__ void store_chunk(const SArgs& A, uint8_t* smem, float* xsum, float4 v0, float4 v1, int row,
+                                            int u, int ci, bool ok) {
+  constexpr int U = SFmt<F>::kUnit;
+  uint4 o;
+  if constexpr (F == QFormat::Int4) {
+    o.x = pack2<__nv_bfloat16>(v0.x, v0.y);
+    o.y = pack2<__nv_bfloat16>(v0.z, v0.w);
+    o.z = pack2<__nv_bfloat16>(v1.x, v1.y);
+    o.w = pack2<__nv_bfloat16>(v1.z, v1.w);
+    float sum = bf16_lo(o.x) + bf16_hi(o.x) + bf16_lo(o.y) + bf16_hi(o.y) + bf16_lo(o.z) + bf16_hi(o.z) +
+                bf16_lo(o.w) + bf16_hi(o.w);
+#pragma unroll
+    for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);  // the unit's 16 chunks
+    if (ok && ci == 0) xsum[u * 8 + row] = sum;
+    if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 4) * 64 + (ci / 4) * 16) = o;
+  } else {
+    using T = typename SFmt<F>::T;
+    const float s = SFmt<F>::kXScale;
+    o.x = pack2<T>(v0.x * s, v0.z * s);
+    o.y = pack2<T>(v0.y * s, v0.w * s);
+    o.z = pack2<T>(v1.x * s, v1.z * s);
+    o.w = pack2<T>(v1.y * s, v1.w * s);
+    if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 2) * 64 + (ci / 2) * 16) = o;
+  }
+}
+
 // x [n, k] F32 -> BF16 (int8: F16) in shared memory (see the file comment), the zero block, and
 // for int4 the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
 // With A.norm, x is rms_norm(x) (block 0 also writes it to A.norm.out as F32).
+// s_part, s_inv: kXNormMaxRows * 32 and kXNormMaxRows floats of shared memory (the norm's sums).
 template <QFormat F>
-__device__ void stage_x(const SArgs& A, uint8_t* smem) {
-  __shared__ float s_part[kXNormMaxRows * 32], s_inv[kXNormMaxRows];
+__device__ void stage_x(const SArgs& A, uint8_t* smem, float* s_part, float* s_inv) {
   const bool norm = A.norm.w != nullptr;
   if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
   constexpr int U = SFmt<F>::kUnit;
@@ -269,32 +302,73 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem) {
         }
       }
     }
-    uint4 o;
-    if constexpr (F == QFormat::Int4) {
-      o.x = pack2<__nv_bfloat16>(v0.x, v0.y);
-      o.y = pack2<__nv_bfloat16>(v0.z, v0.w);
-      o.z = pack2<__nv_bfloat16>(v1.x, v1.y);
-      o.w = pack2<__nv_bfloat16>(v1.z, v1.w);
-      float sum = bf16_lo(o.x) + bf16_hi(o.x) + bf16_lo(o.y) + bf16_hi(o.y) + bf16_lo(o.z) + bf16_hi(o.z) +
-                  bf16_lo(o.w) + bf16_hi(o.w);
-#pragma unroll
-      for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);  // the unit's 16 chunks
-      if (ok && ci == 0) xsum[u * 8 + row] = sum;
-      if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 4) * 64 + (ci / 4) * 16) = o;
-    } else {
-      using T = typename SFmt<F>::T;
-      const float s = SFmt<F>::kXScale;
-      o.x = pack2<T>(v0.x * s, v0.z * s);
-      o.y = pack2<T>(v0.y * s, v0.w * s);
-      o.z = pack2<T>(v1.x * s, v1.z * s);
-      o.w = pack2<T>(v1.y * s, v1.w * s);
-      if (ok) *reinterpret_cast<uint4*>(smem + row * A.x_stride + u * (2 * U) + (ci % 2) * 64 + (ci / 2) * 16) = o;
-    }
+    store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
   }
   if (tid < kZeroBytes / 16) reinterpret_cast<uint4*>(smem + zoff)[tid] = make_uint4(0, 0, 0, 0);
   if constexpr (F == QFormat::Int4) {
     for (int i = tid; i < A.n_units * 8; i += kWarps * 32)
       if (i % 8 >= A.n) xsum[i] = 0.0f;
+  }
+}
+
+// stage_x, warp by warp: warp w stages only the units it multiplies (w, w + 8, ...: a warp's
+// units never change with the tile), so it starts on its weights as soon as its own x is in,
+// with no block barrier after the staging; each lane has B chunks' loads (x, and the norm's
+// weights) in flight at once: one L2 round trip at k 4096 and batch 1 where the block-wide
+// loop takes two, four where it takes seven (k 14336). Same values in the same places as
+// stage_x; the zero block is the kernel's (written before the wait). The norm's sums stay
+// block-wide (rms_inverse_rows, one barrier).
+template <QFormat F, int B>
+__device__ void stage_x_warp(const SArgs& A, uint8_t* smem, float* s_part, float* s_inv) {
+  const bool norm = A.norm.w != nullptr;
+  if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
+  constexpr int U = SFmt<F>::kUnit;
+  constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int J = A.n_units > warp ? (A.n_units - warp + kWarps - 1) / kWarps : 0;  // this warp's units
+  const int total = A.n * J * kPerUnit;  // chunk q = ((row * J) + j) * kPerUnit + ci
+  float* xsum = reinterpret_cast<float*>(smem + A.n * A.x_stride + kZeroBytes);
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int base = 0; base < total; base += 32 * B) {  // uniform in the warp (shuffles below)
+    float4 xv[B][2], wv[B][2];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int q = base + b * 32 + lane, rj = q / kPerUnit;
+      const int row = rj / J, u = warp + kWarps * (rj % J);
+      const int64_t k0 = static_cast<int64_t>(u) * U + (q % kPerUnit) * 8;
+      xv[b][0] = xv[b][1] = wv[b][0] = wv[b][1] = zero;
+      if (q < total && k0 < A.k) {  // k % 8 == 0: a chunk is all in or all out
+        const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
+        xv[b][0] = __ldg(xp);
+        xv[b][1] = __ldg(xp + 1);
+        if (norm) {
+          wv[b][0] = xnorm_w4(A.norm, k0 / 4);
+          wv[b][1] = xnorm_w4(A.norm, k0 / 4 + 1);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int q = base + b * 32 + lane, rj = q / kPerUnit, ci = q % kPerUnit;
+      const bool ok = q < total;
+      const int row = ok ? rj / J : 0, u = warp + kWarps * (ok ? rj % J : 0);
+      const int64_t k0 = static_cast<int64_t>(u) * U + ci * 8;
+      float4 v0 = xv[b][0], v1 = xv[b][1];
+      if (norm && ok && k0 < A.k) {
+        v0 = rms_scale4(v0, s_inv[row], wv[b][0]);
+        v1 = rms_scale4(v1, s_inv[row], wv[b][1]);
+        if (blockIdx.x == 0 && A.norm.out) {
+          float4* op = reinterpret_cast<float4*>(A.norm.out + row * A.k + k0);
+          op[0] = v0;
+          op[1] = v1;
+        }
+      }
+      store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
+    }
+  }
+  if constexpr (F == QFormat::Int4) {
+    for (int i = lane; i < J * 8; i += 32)
+      if (i % 8 >= A.n) xsum[(warp + kWarps * (i / 8)) * 8 + i % 8] = 0.0f;
   }
 }
 
@@ -350,6 +424,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   constexpr int kStages = stages<S, R>();
   extern __shared__ __align__(16) uint8_t smem_all[];
   __shared__ float4 red[2][kWarps][32][S];
+  __shared__ float s_part[kXNormMaxRows * 32], s_inv[kXNormMaxRows];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int n_units = A.n_units, n_chunks = A.n_chunks, n_tiles = A.n_tiles;
@@ -377,10 +452,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
     cp_commit();
   }
+  if (A.warp_stage) {
+    // The zero block for every warp, before the wait (so its barrier costs nothing).
+    if (threadIdx.x < kZeroBytes / 16) reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
   pdl_wait();
   pdl_launch_dependents();
-  stage_x<F>(A, smem);
-  __syncthreads();
+  if (A.warp_stage) {
+    if (A.norm.w) stage_x_warp<F, 2>(A, smem, s_part, s_inv);
+    else stage_x_warp<F, 4>(A, smem, s_part, s_inv);
+    __syncwarp();
+  } else {
+    stage_x<F>(A, smem, s_part, s_inv);
+    __syncthreads();
+  }
 
   // This lane's B fragments: batch row g, or the zero block (which does not move with the unit).
   const bool xrow = g < A.n;  // (x region: see stage_x)
@@ -556,6 +642,11 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   A.x_stride = staged_x_stride(f, p.k);
   const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
   A.n_chunks = (A.n_units + per_round - 1) / per_round;
+  static const bool warp_stage = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_WARP_STAGE");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  A.warp_stage = warp_stage;
   if (glu) return launch_s<2, 8>(f, A, pdl, stream);
   return r == 4 ? launch_s<1, 4>(f, A, pdl, stream) : launch_s<1, 8>(f, A, pdl, stream);
 }
