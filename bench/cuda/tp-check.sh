@@ -10,7 +10,8 @@
 #   TESTS=0 skips the tests; FORMATS (default "bf16 int4 fp8"): the speed runs, at each of
 #   TP_SIZES, or SPEED_RUNS ("bf16:1 bf16:2 ...": format:ranks pairs) instead;
 #   SPEED_RUNS=none skips them; THROUGHPUT (default "bf16"): weight formats of the throughput
-#   runs, K/V cache TP_KV (default auto); TP_SIZES (default "1 2").
+#   runs, K/V cache TP_KV (default auto); TP_SIZES (default "1 2"); SERVE=1: `ember serve` at
+#   each of TP_SIZES on the fixture llama3, checked over HTTP (serve_smoke.py).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${DEB_DIR:-$root/.devdeps}
@@ -67,5 +68,18 @@ for f in ${THROUGHPUT-bf16}; do
     note "throughput ${TP_REQUESTS:-256} x ${TP_IN:-1000}/${TP_OUT:-1000} weights $f kv ${TP_KV:-auto} --tp $tp: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms|mean_ttft_ms) ' "$logs/throughput.log" | tail -3 | tr -s ' ' | tr '\n' ' ')"
   done
 done
+if [[ ${SERVE:-0} != 0 ]]; then  # the OpenAI-compatible server over HTTP, on the fixture llama3
+  fx=/tmp/ember-tiny-chat  # its weights with the tiny chat tokenizer (as tests/python/conftest.py)
+  mkdir -p "$fx"
+  for f in config.json generation_config.json model.safetensors; do ln -sf "$root/tests/fixtures/models/llama3/hf/$f" "$fx/$f"; done
+  cp "$root"/tests/server/fixtures/tiny_chat/tokenizer{,_config}.json "$fx/"
+  for tp in ${TP_SIZES:-1 2}; do
+    "$bin/ember" serve -m "$fx" --device cuda --tensor-parallel-size "$tp" --port 8199 >"$logs/serve-tp$tp.log" 2>&1 &
+    spid=$!
+    timeout 150 python3 "$root/bench/cuda/serve_smoke.py" 8199 "serve --tp $tp" "$spid" >"$logs/serve-smoke-tp$tp.log" 2>&1
+    note "serve --device cuda --tp $tp over HTTP: rc=$? $(tr '\n' ';' <"$logs/serve-smoke-tp$tp.log")"
+    kill "$spid"; wait "$spid" 2>/dev/null
+  done
+fi
 echo "================ summary ($(( $(date +%s) - start )) s) ================"
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
