@@ -315,7 +315,7 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem, float* s_part, float* s_i
 // units never change with the tile), so it starts on its weights as soon as its own x is in,
 // with no block barrier after the staging; each lane has B chunks' loads (x, and the norm's
 // weights) in flight at once: one L2 round trip at k 4096 and batch 1 where the block-wide
-// loop takes two, four where it takes seven (k 14336). Same values in the same places as
+// loop takes two, two where it takes seven (k 14336). Same values in the same places as
 // stage_x; the zero block is the kernel's (written before the wait). The norm's sums stay
 // block-wide (rms_inverse_rows, one barrier).
 template <QFormat F, int B>
