@@ -454,7 +454,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   }
   if (A.warp_stage) {
     // The zero block for every warp, before the wait (so its barrier costs nothing).
-    if (threadIdx.x < kZeroBytes / 16) reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
+    if (threadIdx.x < kZeroBytes / 16)
+      reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
   pdl_wait();
