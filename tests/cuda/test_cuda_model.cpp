@@ -66,6 +66,19 @@ double rel_error(const float* a, const float* b, int64_t n) {
 
 int argmax(const float* v, int n) { return static_cast<int>(std::max_element(v, v + n) - v); }
 
+// n_seqs prompts of random token ids from one generator seeded with seed, sequence s of
+// first + step * s tokens, drawn in sequence order.
+std::vector<std::vector<int32_t>> random_prompts(int vocab, uint32_t seed, int n_seqs, int first, int step) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(n_seqs));
+  for (int s = 0; s < n_seqs; ++s) {
+    prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(first + step * s));
+    for (auto& t : prompts[static_cast<size_t>(s)]) t = tok(rng);
+  }
+  return prompts;
+}
+
 // Sequences stepping through one paged cache; each owns n_blocks blocks handed out in a
 // scrambled order (block-table indirection), disjoint from the others'.
 class Seqs {
@@ -453,13 +466,7 @@ double quantized_vs_bf16(const std::string& path, const std::string& format, int
   unsetenv("EMBER_CUDA_FUSE");
   if (!ref || !q || !qn || !qu) return INFINITY;
   const int vocab = ref->vocab_size();
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
-  std::vector<std::vector<int32_t>> prompts(n_seqs);
-  for (auto& p : prompts) {
-    p.resize(static_cast<size_t>(n_prompt));
-    for (auto& t : p) t = tok(rng);
-  }
+  const auto prompts = random_prompts(vocab, 11, n_seqs, n_prompt, 0);
   Seqs sr(16, bpb, n_seqs), sq(16, bpb, n_seqs), sn(16, bpb, n_seqs), su(16, bpb, 1);
   std::vector<float> lr, lq, ln, lu;
   EXPECT_TRUE(sr.step(*ref, prompts, false, lr).is_ok());
@@ -831,13 +838,7 @@ TEST(CudaModel, TensorParallelMatchesOneGpu) {
     }
     ASSERT_EQ(runners[1]->tensor_parallel(), 2);
     const int vocab = runners[0]->vocab_size();
-    std::mt19937 rng(11);
-    std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
-    std::vector<std::vector<int32_t>> prompts(n_seqs);
-    for (int s = 0; s < n_seqs; ++s) {
-      prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(40 + 70 * s));
-      for (auto& t : prompts[static_cast<size_t>(s)]) t = tok(rng);
-    }
+    const auto prompts = random_prompts(vocab, 11, n_seqs, 40, 70);
     Seqs one(16, bpb, n_seqs), two(16, bpb, n_seqs);
     std::vector<float> l1, l2;
     double worst = 0;
