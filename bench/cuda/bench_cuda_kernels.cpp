@@ -481,9 +481,12 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
                              Variant{AttnKernel::Prefill, 4, 2, 0, 0, "mma.sync 4w"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 0, "wgmma synced 128-key tiles"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 1, "wgmma warp-specialized 128-key tiles"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 3, "wgmma warp-specialized softmax over P V 128-key tiles"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 0, "wgmma synced 64-key tiles"},
                              Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 1, "wgmma warp-specialized 64-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 2, "wgmma warp-specialized 3 consumers 64-key tiles"}}) {
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 2, "wgmma warp-specialized 3 consumers 64-key tiles"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 3, "wgmma warp-specialized softmax over P V 64-key tiles"},
+                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"}}) {
       if (v.kind == AttnKernel::PrefillWgmma && !wgmma) continue;
       PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, bs);
       a.prefill_warps = v.warps;
@@ -496,17 +499,29 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     // One-byte K/V: the mma.sync kernel widens in shared memory, the wgmma one in its producer
     // (FP8 e4m3 exactly, with 128-key tiles; INT8 times its scales, with 64-key tiles).
     if (KV == 8) {
-      for (DType kv : {DType::FP8_E4M3, DType::I8}) {
-        PagedSetup pb(1, n, n, KV, D, bs, s, kv);
-        for (AttnKernel kind : {AttnKernel::Prefill, AttnKernel::PrefillWgmma}) {
-          if (kind == AttnKernel::PrefillWgmma && !wgmma) continue;
-          PagedAttnArgs a = pb.args(q, out, n, n, H, KV, D, bs);
-          a.wgmma = wgmma;
-          const char* how = kind == AttnKernel::Prefill ? "mma.sync 8w"
-                            : kv == DType::I8           ? "wgmma warp-specialized 64-key tiles"
-                                                        : "wgmma warp-specialized 128-key tiles";
-          report(a, kind, "ember paged " + std::string(dtype_name(kv)) + " causal 4096 h32/kv8 d128 " + how);
-        }
+      struct ByteVariant {
+        DType kv;
+        AttnKernel kind;
+        int keys, mode;
+        const char* name;
+      };
+      const DType e4 = DType::FP8_E4M3, i8 = DType::I8;
+      const AttnKernel mma = AttnKernel::Prefill, wg = AttnKernel::PrefillWgmma;
+      for (const ByteVariant& v :
+           {ByteVariant{e4, mma, 0, 0, "mma.sync 8w"}, ByteVariant{e4, wg, 128, 1, "wgmma warp-specialized 128-key tiles"},
+            ByteVariant{e4, wg, 128, 3, "wgmma warp-specialized softmax over P V 128-key tiles"},
+            ByteVariant{e4, wg, 64, 1, "wgmma warp-specialized 64-key tiles"},
+            ByteVariant{e4, wg, 64, 3, "wgmma warp-specialized softmax over P V 64-key tiles"},
+            ByteVariant{e4, wg, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"},
+            ByteVariant{i8, mma, 0, 0, "mma.sync 8w"}, ByteVariant{i8, wg, 64, 1, "wgmma warp-specialized 64-key tiles"},
+            ByteVariant{i8, wg, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"}}) {
+        if (v.kind == wg && !wgmma) continue;
+        PagedSetup pb(1, n, n, KV, D, bs, s, v.kv);
+        PagedAttnArgs a = pb.args(q, out, n, n, H, KV, D, bs);
+        a.wgmma = wgmma;
+        a.prefill_keys = v.keys;
+        a.prefill_mode = v.mode;
+        report(a, v.kind, "ember paged " + std::string(dtype_name(v.kv)) + " causal 4096 h32/kv8 d128 " + v.name);
       }
     }
     CK(cudaFree(q));
@@ -532,6 +547,29 @@ void bench_gemm(cudaStream_t s, LtGemm& lt) {
   for (void* p : {x, w, static_cast<void*>(y), ws}) CK(cudaFree(p));
 }
 
+// The causal prefill the profiling entries launch: 4096 tokens, bf16 K/V, 32 heads / 8 KV
+// heads of 128.
+struct ProfilePrefill {
+  static constexpr int n = 4096, H = 32, KV = 8, D = 128;
+  PagedSetup ps;
+  float* q;
+  float* out;
+  PagedAttnArgs a;
+  explicit ProfilePrefill(cudaStream_t s)
+      : ps(1, n, n, KV, D, 16, s),
+        q(static_cast<float*>(dmalloc(size_t{n} * H * D * 4))),
+        out(static_cast<float*>(dmalloc(size_t{n} * H * D * 4))) {
+    CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
+    a = ps.args(q, out, n, n, H, KV, D, 16);
+  }
+  ~ProfilePrefill() {
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+  }
+  ProfilePrefill(const ProfilePrefill&) = delete;
+  ProfilePrefill& operator=(const ProfilePrefill&) = delete;
+};
+
 // One launch of each default kernel (decode b32, prefill 4096, GEMV 14336x4096), in that
 // order, for `ncu -c 3`.
 void profile_once(cudaStream_t s, int sms) {
@@ -549,16 +587,9 @@ void profile_once(cudaStream_t s, int sms) {
     for (void* p : {static_cast<void*>(q), static_cast<void*>(out), ws}) CK(cudaFree(p));
   }
   {
-    const int n = 4096, H = 32, KV = 8, D = 128;
-    PagedSetup ps(1, n, n, KV, D, 16, s);
-    auto* q = static_cast<float*>(dmalloc(size_t{n} * H * D * 4));
-    auto* out = static_cast<float*>(dmalloc(size_t{n} * H * D * 4));
-    CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
-    PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, 16);
-    CK(launch_paged_attention(a, AttnKernel::Prefill, nullptr, 0, sms, s));
+    const ProfilePrefill p(s);
+    CK(launch_paged_attention(p.a, AttnKernel::Prefill, nullptr, 0, sms, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaFree(q));
-    CK(cudaFree(out));
   }
   const int64_t m = 14336, k = 4096;
   void* w = dmalloc(size_t(m * k) * 2);
@@ -610,6 +641,23 @@ void profile_qgemv_one(cudaStream_t s, int argc, char** argv) {
               static_cast<long long>(k), n, glu ? " glu" : "");
 }
 
+// One wgmma prefill-attention variant (bf16 K/V, causal 4096 tokens, 32 heads / 8 KV heads of
+// 128), launched 3 times, for `ncu -k regex:wgmma --launch-skip 2 --launch-count 1`:
+// `prefill-one KEYS MODE`.
+void profile_prefill_one(cudaStream_t s, int sms, int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: prefill-one KEYS MODE\n");
+    std::exit(2);
+  }
+  ProfilePrefill p(s);
+  p.a.prefill_keys = std::atoi(argv[2]);
+  p.a.prefill_mode = std::atoi(argv[3]);
+  p.a.wgmma = wgmma_prefill_available(0);
+  for (int i = 0; i < 3; ++i) CK(launch_paged_attention(p.a, AttnKernel::PrefillWgmma, nullptr, 0, sms, s));
+  CK(cudaStreamSynchronize(s));
+  std::printf("prefill-one keys %d mode %d: 3 launches\n", p.a.prefill_keys, p.a.prefill_mode);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -628,6 +676,10 @@ int main(int argc, char** argv) {
   }
   if (only == "qgemv-one") {
     profile_qgemv_one(s, argc, argv);
+    return 0;
+  }
+  if (only == "prefill-one") {
+    profile_prefill_one(s, prop.multiProcessorCount, argc, argv);
     return 0;
   }
   if (only == "profile-decode") {

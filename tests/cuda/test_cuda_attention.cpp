@@ -297,7 +297,8 @@ TEST(CudaAttention, FallbackF32AndOddHeadDim) {
 }
 
 // The wgmma prefill kernels (sm_90a, compute capability 9.0), block-synced and warp-specialized
-// (2 or 3 consumer warpgroups), at both key-tile sizes: mixed
+// (2 or 3 consumer warpgroups, attending tile by tile or overlapping softmax and P V), at both
+// key-tile sizes: mixed
 // batches whose decode rows it also takes, GQA 1 / 4 / 8, odd block sizes 7 and 33, window +
 // soft-cap, both head dims and 16-bit types, prompts longer than a 128-row tile and chunks
 // whose keys reach back past their first row. Auto (through the backend) picks it on such a
@@ -311,6 +312,9 @@ TEST(CudaAttention, WgmmaPrefill) {
                         {kWgmma, 0, 0, 0, 64, 1},
                         {kWgmma, 0, 0, 0, 128, 1},
                         {kWgmma, 0, 0, 0, 64, 2},
+                        {kWgmma, 0, 0, 0, 64, 3},
+                        {kWgmma, 0, 0, 0, 128, 3},
+                        {kWgmma, 0, 0, 0, 64, 4},
                         {kPrefill}};
   check(AttnCase{8, 2, 128, 16, DType::BF16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 41);
   check(AttnCase{8, 2, 64, 16, DType::F16, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {129, 700}}}, runs, 42);
@@ -327,7 +331,13 @@ TEST(CudaAttention, WgmmaPrefill) {
 TEST(CudaAttention, WgmmaPrefillFp8Kv) {
   SKIP_WITHOUT_GPU();
   if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
-  const RunList runs = {{kAuto}, {kWgmma, 0, 0, 0, 64, 1}, {kWgmma, 0, 0, 0, 128, 1}, {kPrefill}};
+  const RunList runs = {{kAuto},
+                        {kWgmma, 0, 0, 0, 64, 1},
+                        {kWgmma, 0, 0, 0, 128, 1},
+                        {kWgmma, 0, 0, 0, 128, 3},
+                        {kWgmma, 0, 0, 0, 64, 3},
+                        {kWgmma, 0, 0, 0, 64, 4},
+                        {kPrefill}};
   for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
     check(AttnCase{8, 2, 128, 16, kv, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 51);
     check(AttnCase{8, 2, 64, 7, kv, {{70, 70}, {150, 421}, {129, 700}}, 50, 30.0f}, runs, 52);
@@ -343,7 +353,7 @@ TEST(CudaAttention, WgmmaPrefillFp8Kv) {
 TEST(CudaAttention, WgmmaPrefillInt8Kv) {
   SKIP_WITHOUT_GPU();
   if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
-  const RunList runs = {{kAuto}, {kWgmma}, {kWgmma, 0, 0, 0, 64, 1}, {kPrefill}};
+  const RunList runs = {{kAuto}, {kWgmma}, {kWgmma, 0, 0, 0, 64, 1}, {kWgmma, 0, 0, 0, 64, 4}, {kPrefill}};
   check(AttnCase{8, 2, 128, 16, DType::I8, {{3, 40}, {1, 64}, {37, 37}, {150, 421}, {4, 1000}, {300, 300}}}, runs, 61);
   check(AttnCase{8, 2, 64, 7, DType::I8, {{70, 70}, {150, 421}, {129, 700}}, 50, 30.0f}, runs, 62);
   check(AttnCase{4, 4, 64, 16, DType::I8, {{1, 50}, {70, 70}, {257, 257}}, 0, 0.0f, 3.0f}, runs, 63);

@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kh = blockIdx.y;
   AttnSpan sp;
   if (!attn_span<kDecode, kRows>(L, sp)) return;
+  const int kh = sp.kh;
   const int G = L.group;
   const int seq = sp.seq, q0 = sp.q0, n_rows = sp.n_rows, row0 = sp.row0, pos_base = sp.pos_base;
   const int kv_hi = sp.kv_hi, t_begin = sp.t_begin, n_tiles = sp.n_tiles;
@@ -509,11 +509,10 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   if (kind == AttnKernel::PrefillWgmma) {
     if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
     // head_dim 256: only the block-synced kernel with 64-key tiles (its O takes 128 registers);
-    // one-byte K/V: only the warp-specialized kernel (its producer widens the tiles); INT8
-    // with 64-key tiles only (room for its scales).
+    // one-byte K/V: only warp-specialized kernels (their producer widens the tiles; the
+    // launcher rejects the others); INT8 with 64-key tiles only (room for its scales).
     const bool d256 = a.head_dim == 256;
     const int mode = d256 ? 0 : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
-    if (is_byte_kv(a.kv_type) && mode != 1) return cudaErrorInvalidValue;
     const int keys = d256 || a.kv_type == DType::I8 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;

@@ -81,7 +81,8 @@ struct PagedAttnArgs {
   int prefill_warps = 0;
   int prefill_keys = 0;  // PrefillWgmma: keys per tile, 64 or 128
   // PrefillWgmma: 0 block-synced, 1 warp-specialized (2 consumer warpgroups), 2 the same with 3
-  // (64-key tiles); -1 the default.
+  // (64-key tiles), 3 warp-specialized with 2 consumers overlapping softmax and P V, 4 the same
+  // with 3 (64-key tiles); -1 the default (4).
   int prefill_mode = -1;
   // The device runs the sm_90a kernels (wgmma_prefill_available()): Auto picks PrefillWgmma
   // for prefill where it takes the arguments.

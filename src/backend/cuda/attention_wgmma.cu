@@ -78,24 +78,24 @@ struct WgRows {
   }
 
   // S = Q K^T issued (one commit group): K [kKeys][D] swizzled at k_addr, Q with q_rows rows
-  // in its column blocks.
+  // in its column blocks. (Descriptors as one base plus constant offsets: computing each from
+  // its address took ~150 integer instructions a tile.)
   __device__ __forceinline__ void issue_s(float (&s)[kNtS][4], uint32_t k_addr, int q_rows) {
+    const uint64_t da0 = wg::desc(qa_addr, 16, wg::kAtomBytes), db0 = wg::desc(k_addr, 16, wg::kAtomBytes);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t col = (ks % 4) * 32;  // k offset inside the 128-byte row
-      const uint64_t da = wg::desc(qa_addr + (ks / 4) * q_rows * wg::kSwizzleBytes + col, 16, wg::kAtomBytes);
-      const uint64_t db = wg::desc(k_addr + (ks / 4) * kKeys * wg::kSwizzleBytes + col, 16, wg::kAtomBytes);
+      const uint64_t da = wg::desc_add(da0, (ks / 4) * q_rows * wg::kSwizzleBytes + col);
+      const uint64_t db = wg::desc_add(db0, (ks / 4) * kKeys * wg::kSwizzleBytes + col);
       wg::mma_ss<T, kKeys>(s, da, db, ks > 0);
     }
     wg::commit();
   }
   // O += P V issued (one commit group), P from pa: V's rows kk * 16 .. + 15 read N-major.
   __device__ __forceinline__ void issue_pv(const uint32_t (&pa)[kKeys / 16][4], uint32_t v_addr) {
+    const uint64_t db0 = wg::desc(v_addr, kKeys * wg::kSwizzleBytes, wg::kAtomBytes);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint64_t db = wg::desc(v_addr + kk * 16 * wg::kSwizzleBytes, kKeys * wg::kSwizzleBytes, wg::kAtomBytes);
-      wg::mma_rs_nmajor<T, D>(o, pa[kk], db);
-    }
+    for (int kk = 0; kk < kKeys / 16; ++kk) wg::mma_rs_nmajor<T, D>(o, pa[kk], wg::desc_add(db0, kk * 16 * wg::kSwizzleBytes));
     wg::commit();
   }
   // Scores of the key tile from key0 -> probabilities; running state moved to it; c_a / c_b:
@@ -130,6 +130,65 @@ struct WgRows {
     wg::fence_operands(o);
     wg::fence_operands(pa);
   }
+
+  // The warp-specialized consumer's loop over n_tiles ring tiles (stage t % kStages, "full" /
+  // "empty" mbarriers at full / empty) with FlashAttention-3's in-warpgroup overlap: S = Q K^T
+  // of tile t and O += P V of tile t - 1 issued as two groups, the softmax of tile t run while
+  // the P V does, then O rescaled and P converted; a stage is released once the P V that read
+  // its V is done. Every tile is computed, the ones this warpgroup does not see too (masked to
+  // P = 0): MMAs under a branch ptxas cannot prove uniform are serialized (warning C7520).
+  // (Measured slower and not kept: P V of tile t - 1 and S of tile t as one group, with or
+  // without FA3's ping-pong turns between two consumers, and this loop with the turns.)
+  template <int kStages>
+  __device__ __forceinline__ void run_overlap(uint32_t kv_addr, uint32_t full, uint32_t empty, int n_tiles,
+                                              int t_begin, int q_rows, const PagedAttnArgs& a) {
+    constexpr uint32_t kTileBytes = kKeys * D * 2;
+    auto stage_addr = [&](int t) { return kv_addr + (t % kStages) * 2 * kTileBytes; };
+    // Waited for even by a warpgroup without rows: an early "empty" arrival could complete the
+    // stage's previous phase.
+    auto wait_full = [&](int t) { wg::mbar_wait(full + 8 * (t % kStages), (t / kStages) & 1); };
+    auto release = [&](int t) { wg::mbar_arrive(empty + 8 * (t % kStages)); };
+    if (!live || n_tiles == 0) {
+      for (int t = 0; t < n_tiles; ++t) {
+        wait_full(t);
+        release(t);
+      }
+      return;
+    }
+    uint32_t pa[kKeys / 16][4];
+    float s[kNtS][4];
+    float c_a, c_b;
+    wait_full(0);
+    wg::fence();
+    issue_s(s, stage_addr(0), q_rows);
+    wg::wait<0>();
+    wg::fence_operands(s);
+    softmax(s, t_begin, a, c_a, c_b);  // O is still zero: nothing to rescale
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
+    for (int t = 1; t < n_tiles; ++t) {
+      wait_full(t);
+      wg::fence();
+      issue_s(s, stage_addr(t), q_rows);
+      issue_pv(pa, stage_addr(t - 1) + kTileBytes);
+      wg::wait<1>();  // S of tile t (the older group) has landed
+      wg::fence_operands(s);
+      const bool moved = __any_sync(0xffffffffu, softmax(s, t_begin + t * kKeys, a, c_a, c_b));
+      wg::wait<0>();
+      wg::fence_operands(o);
+      wg::fence_operands(pa);
+      release(t - 1);
+      if (moved) rescale_rows<kNtO>(o, c_a, c_b);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
+    }
+    wg::fence();
+    issue_pv(pa, stage_addr(n_tiles - 1) + kTileBytes);
+    wg::wait<0>();
+    wg::fence_operands(o);
+    wg::fence_operands(pa);
+    release(n_tiles - 1);
+  }
 };
 
 // Copies key tile t (kKeys keys from t_begin + t * kKeys) of K and V into ring stage `stage`
@@ -152,14 +211,14 @@ __device__ __forceinline__ void issue_tile(Loader& ld, uint8_t* s_kv, int stage)
 // a 16-bit swizzled stage (each chunk is read back by the thread that copied it: no barrier).
 // INT8 (scales non-null): also the keys' K and V scales into scales [K, V][kKeys].
 template <int D, int kKeys, typename Loader>
-__device__ __forceinline__ void issue_raw_tile(Loader& ld, uint8_t* raw, const PagedAttnArgs& a,
+__device__ __forceinline__ void issue_raw_tile(Loader& ld, uint8_t* raw, const PagedAttnArgs& a, int kh,
                                                float* scales = nullptr) {
 #pragma unroll
   for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
     ld.load_ids();
     ld.issue([&](int k0, int key, int c, int kv) { return raw + (kv * kKeys + sub * kTileKeys + k0 + key) * D + c * 16; });
     if (scales)
-      ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, scales + sub * kTileKeys,
+      ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, kh, scales + sub * kTileKeys,
                       scales + kKeys + sub * kTileKeys);
   }
 }
@@ -199,7 +258,26 @@ __device__ __forceinline__ void load_q(const Launch& L, const AttnSpan& sp, uint
   for (int i = tid; i < n * kCh; i += threads) {
     const int r = row_lo + i / kCh, c = i % kCh;
     *reinterpret_cast<uint4*>(s_q + wg::swizzled_offset(q_rows, r, c)) =
-        q_chunk<T, D>(L.a, sp.q0, blockIdx.y, L.group, sp.n_rows, sp.row0 + r, c);
+        q_chunk<T, D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, sp.row0 + r, c);
+  }
+}
+// A consumer warpgroup's 64 Q rows from row_lo (tid: 0 .. 127): every load issued before the
+// first conversion, so the block's start waits for one global latency, not one a chunk.
+template <typename T, int D>
+__device__ __forceinline__ void load_q_rows64(const Launch& L, const AttnSpan& sp, uint8_t* s_q, int q_rows, int row_lo,
+                                              int tid) {
+  constexpr int kCh = D / 8, kPer = 64 * kCh / 128;
+  static_assert(64 * kCh % 128 == 0);
+  uint4 v[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = tid + j * 128;
+    v[j] = q_chunk<T, D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, sp.row0 + row_lo + i / kCh, i % kCh);
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = tid + j * 128;
+    *reinterpret_cast<uint4*>(s_q + wg::swizzled_offset(q_rows, row_lo + i / kCh, i % kCh)) = v[j];
   }
 }
 #endif  // EMBER_WGMMA_DEVICE
@@ -223,7 +301,7 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
   if (!attn_span<false, kRows>(L, sp)) return;
   const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
   // Two 16-byte chunks per thread and row of a 64-key loader tile (kRun 2).
-  KvTileLoader<D * 2, kThreads, 2> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+  KvTileLoader<D * 2, kThreads, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < n_tiles) issue_tile<D, kKeys>(ld, s_kv, st);
@@ -245,7 +323,7 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
     const int key0 = sp.t_begin + t * kKeys;
     if (w.sees(key0, L.a.window)) w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
   }
-  store_prefill_rows<D>(L.a, sp.q0, blockIdx.y, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+  store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
 #endif
@@ -265,7 +343,8 @@ constexpr int consumer_regs(int wgs, bool fp8) { return wgs == 2 ? (fp8 ? 224 : 
 // the consumers read. INT8: the thread of a key's chunk 0 copies its scales into one of three
 // buffers, read by the key's other threads after a producer barrier; with three, a thread a
 // tile ahead never overwrites the scales another is still widening.
-template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap, int kFp8 = kKvNative>
+// kOverlap: the consumers run WgRows::run_overlap, else they attend tile by tile.
+template <typename T, int D, int kWg, int kKeys, int kStages, bool kSoftcap, int kFp8 = kKvNative, bool kOverlap = false>
 __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel(const Launch L) {
 #if defined(EMBER_WGMMA_DEVICE)
   constexpr int kRows = kWg * 64;
@@ -298,7 +377,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     wg::regs_dec<kProducerRegs>();
     uint8_t* raw = s_kv + kStages * 2 * kTileBytes + 16 * kStages;  // [2][K, V][kKeys][D]
     float* scales = reinterpret_cast<float*>(raw + 2 * 2 * kKeys * D);  // INT8: [3][K, V][kKeys]
-    KvTileLoader<D, 128, 1> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+    KvTileLoader<D, 128, 1> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
     auto scale_buf = [&](int u) { return kFp8 == kKvI8 ? scales + (u % kI8ScaleBufs) * 2 * kKeys : nullptr; };
     // Tile t's bytes go out while tile t - 1 (landed) is widened into its stage, once the
     // consumers have released that stage; then the fence hands the stage to wgmma.
@@ -311,7 +390,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
       wg::mbar_arrive(full + 8 * stage);
     };
     for (int t = 0; t < n_tiles; ++t) {
-      issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D, L.a, scale_buf(t));
+      issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D, L.a, sp.kh, scale_buf(t));
       cp_async_commit();
       if (t > 0) {
         cp_async_wait<1>();
@@ -324,7 +403,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     }
   } else if (wgi == 0) {
     wg::regs_dec<kProducerRegs>();
-    KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
+    KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
     // A tile is published once this thread's copies of it have landed, after the proxy fence
     // that hands them to the async proxy (wgmma): the writer fences, so the consumers do not
     // (a fence costs a MEMBAR.ALL.CTA a warp). Waiting on tile t - 1 only after issuing tile
@@ -349,23 +428,27 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     wg::regs_inc<kConsumerRegs>();
     const int c = wgi - 1;  // consumer index: rows c * 64 .. + 63
     const int tid = threadIdx.x - 128 * wgi;
-    load_q<T, D>(L, sp, s_q, kRows, c * 64, 64, tid, 128);
+    load_q_rows64<T, D>(L, sp, s_q, kRows, c * 64, tid);
     wg::fence_proxy_async();
     wg::named_sync(1 + c, 128);  // the warpgroup's Q rows written
     WgRows<T, D, kKeys, kSoftcap> w(L, sp, c, smem_addr(s_q));
-    for (int t = 0; t < n_tiles; ++t) {
-      const int stage = t % kStages;
-      // Waited for even when skipped: an early "empty" arrival could complete the stage's
-      // previous phase.
-      wg::mbar_wait(full + 8 * stage, (t / kStages) & 1);
-      const int key0 = sp.t_begin + t * kKeys;
-      if (w.sees(key0, L.a.window)) {
-        const uint32_t k_addr = kv_addr + stage * 2 * kTileBytes;
-        w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
+    if constexpr (kOverlap) {
+      w.template run_overlap<kStages>(kv_addr, full, empty, n_tiles, sp.t_begin, kRows, L.a);
+    } else {
+      for (int t = 0; t < n_tiles; ++t) {
+        const int stage = t % kStages;
+        // Waited for even when skipped: an early "empty" arrival could complete the stage's
+        // previous phase.
+        wg::mbar_wait(full + 8 * stage, (t / kStages) & 1);
+        const int key0 = sp.t_begin + t * kKeys;
+        if (w.sees(key0, L.a.window)) {
+          const uint32_t k_addr = kv_addr + stage * 2 * kTileBytes;
+          w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
+        }
+        wg::mbar_arrive(empty + 8 * stage);
       }
-      wg::mbar_arrive(empty + 8 * stage);
     }
-    store_prefill_rows<D>(L.a, sp.q0, blockIdx.y, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+    store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
   }
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
@@ -373,17 +456,19 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
 }
 
 // kMode: 0 block-synced (2 warpgroups), 1 warp-specialized with 2 consumer warpgroups,
-// 2 warp-specialized with 3.
+// 2 the same with 3, 3 warp-specialized with 2 consumers overlapping softmax and P V
+// (WgRows::run_overlap), 4 the same with 3.
 template <typename T, int D, int kKeys, int kStages, int kMode, int kFp8 = kKvNative>
 cudaError_t launch_wgmma(const Launch& L, dim3 grid, cudaStream_t stream) {
-  constexpr int kWg = kMode == 2 ? 3 : 2;
-  static_assert(kFp8 == kKvNative || kMode == 1);
+  constexpr int kWg = kMode == 2 || kMode == 4 ? 3 : 2;
+  constexpr bool kOverlap = kMode >= 3;
+  static_assert(kFp8 == kKvNative || kMode == 1 || kMode >= 3);
   const size_t smem = wgmma_smem_bytes(kWg, kKeys, kStages, D, kFp8 != kKvNative, kFp8 == kKvI8);
   const dim3 block((kWg + (kMode > 0 ? 1 : 0)) * 128);
   if constexpr (kMode > 0)
-    return launch_softcap_pair<paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false, kFp8>,
-                               paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true, kFp8>>(L, smem, grid, block,
-                                                                                                  stream);
+    return launch_softcap_pair<paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, false, kFp8, kOverlap>,
+                               paged_attn_wgmma_ws_kernel<T, D, kWg, kKeys, kStages, true, kFp8, kOverlap>>(
+        L, smem, grid, block, stream);
   else
     return launch_softcap_pair<paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, false>,
                                paged_attn_wgmma_kernel<T, D, kWg, kKeys, kStages, true>>(L, smem, grid, block, stream);
@@ -399,30 +484,41 @@ cudaError_t launch_wgmma_cfg(const Launch& L, int keys, int mode, dim3 grid, cud
       case 0: return launch_wgmma<T, D, 64, 3, 0>(L, grid, stream);
       case 1: return launch_wgmma<T, D, 64, 6, 1>(L, grid, stream);
       case 2: return launch_wgmma<T, D, 64, 5, 2>(L, grid, stream);
+      case 3: return launch_wgmma<T, D, 64, 6, 3>(L, grid, stream);
+      case 4: return launch_wgmma<T, D, 64, 5, 4>(L, grid, stream);
     }
   } else if (keys == 128) {
     switch (mode) {
       case 0: return launch_wgmma<T, D, 128, 2, 0>(L, grid, stream);
       case 1: return launch_wgmma<T, D, 128, 3, 1>(L, grid, stream);
+      case 3: return launch_wgmma<T, D, 128, 3, 3>(L, grid, stream);
     }
   }
   return cudaErrorInvalidValue;
 }
 
-// FP8 K/V: warp-specialized only; 128-key tiles with 2 stages (+ 64 KiB raw), or 64 with 4.
+// FP8 K/V: warp-specialized (modes 1, 3, 4); 128-key tiles with 2 stages (+ 64 KiB raw; modes
+// 1 and 3), or 64 with 4.
 template <int D, int kFp8>
 cudaError_t launch_wgmma_fp8(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
-  if (mode != 1) return cudaErrorInvalidValue;
-  if (keys == 128) return launch_wgmma<__half, D, 128, 2, 1, kFp8>(L, grid, stream);
-  if (keys == 64) return launch_wgmma<__half, D, 64, 4, 1, kFp8>(L, grid, stream);
+  if (keys == 128) {
+    if (mode == 1) return launch_wgmma<__half, D, 128, 2, 1, kFp8>(L, grid, stream);
+    if (mode == 3) return launch_wgmma<__half, D, 128, 2, 3, kFp8>(L, grid, stream);
+  } else if (keys == 64) {
+    if (mode == 1) return launch_wgmma<__half, D, 64, 4, 1, kFp8>(L, grid, stream);
+    if (mode == 3) return launch_wgmma<__half, D, 64, 4, 3, kFp8>(L, grid, stream);
+    if (mode == 4) return launch_wgmma<__half, D, 64, 4, 4, kFp8>(L, grid, stream);
+  }
   return cudaErrorInvalidValue;
 }
 
 // INT8 K/V: 64-key tiles with 4 stages only (128-key tiles leave no room for the scales).
 template <int D>
 cudaError_t launch_wgmma_i8(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream) {
-  if (mode != 1 || keys != 64) return cudaErrorInvalidValue;
-  return launch_wgmma<__half, D, 64, 4, 1, kKvI8>(L, grid, stream);
+  if (keys != 64) return cudaErrorInvalidValue;
+  if (mode == 1) return launch_wgmma<__half, D, 64, 4, 1, kKvI8>(L, grid, stream);
+  if (mode == 4) return launch_wgmma<__half, D, 64, 4, 4, kKvI8>(L, grid, stream);
+  return cudaErrorInvalidValue;
 }
 
 template <int D>

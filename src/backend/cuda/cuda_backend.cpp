@@ -106,6 +106,18 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
+  // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
+  // (the default before session 14), 4 three consumers overlapping softmax and P V on 64-key
+  // tiles (the default); both exist for every K/V type the wgmma kernels take.
+  if (const char* v = std::getenv("EMBER_CUDA_PREFILL_MODE")) {
+    const int mode = std::atoi(v);
+    if (mode == 1 || mode == 4) {
+      be->prefill_mode_ = mode;
+      be->prefill_keys_ = mode == 1 ? 128 : 64;
+    } else {
+      EMBER_LOG_WARN("cuda backend: EMBER_CUDA_PREFILL_MODE={} ignored (1 or 4)", v);
+    }
+  }
   EMBER_CUDA_TRY(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->meta_event_, cudaEventDisableTiming));
   EMBER_ASSIGN_OR_RETURN(be->lt_, LtGemm::create());
@@ -923,6 +935,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.pdl = true;
   a.fill_gpu = attn_fill_;
   a.wgmma = wgmma_prefill_;
+  a.prefill_mode = prefill_mode_;
+  a.prefill_keys = prefill_keys_;
   const int group = p.n_heads / p.n_kv_heads;
   const bool mma = attention_mma_supported(a.kv_type, a.head_dim);
   EMBER_CHECK(mma || attention_simple_supported(a.kv_type, a.head_dim),

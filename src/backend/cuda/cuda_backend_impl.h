@@ -367,6 +367,8 @@ class CudaBackend final : public Backend, public CudaStep {
   bool wgmma_prefill_ = false;  // sm_90a prefill attention (EMBER_CUDA_WGMMA_PREFILL=0: the mma.sync kernel)
   int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced BF16 GEMV variant (the GLU too where it takes it), for tuning
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
+  int prefill_mode_ = -1;   // EMBER_CUDA_PREFILL_MODE: the wgmma prefill schedule (-1 the default) ...
+  int prefill_keys_ = 0;    // ... and its keys per tile
   int gemv_variant(int n, int64_t m, int64_t k) const;  // for n rows of x, m rows of weights
   PendingGemv pg_;
   PendingAdd pa_;

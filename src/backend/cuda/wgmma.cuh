@@ -35,6 +35,13 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t s
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+// desc(addr + off, lbo, sbo) from d = desc(addr, lbo, sbo): the address field is linear and,
+// below 256 KiB of shared memory, never carries into the next field, so a 32-bit add does it.
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t off) {
+  const uint32_t lo = static_cast<uint32_t>(d) + (off >> 4), hi = static_cast<uint32_t>(d >> 32);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
 #if defined(EMBER_WGMMA_DEVICE)
 // Before the first MMA of a group: orders this thread's earlier register writes to the
 // accumulators / A fragments before the asynchronous MMAs read them.
