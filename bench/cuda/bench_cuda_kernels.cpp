@@ -527,6 +527,23 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     CK(cudaFree(q));
     CK(cudaFree(out));
   }
+  // head_dim 256 (Gemma 3 4B: 8 heads, 4 KV heads): the block-synced kernel, its only one.
+  if (wgmma) {
+    const int H256 = 8, KV256 = 4, D256 = 256;
+    PagedSetup ps(1, n, n, KV256, D256, bs, s);
+    auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H256 * D256 * 4));
+    auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H256 * D256 * 4));
+    CK(launch_fill_random(DType::F32, q, int64_t{n} * H256 * D256, 9, -2.0f, 2.0f, s));
+    PagedAttnArgs a = ps.args(q, out, n, n, H256, KV256, D256, bs);
+    a.wgmma = true;
+    const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, AttnKernel::PrefillWgmma, nullptr, 0, sms, s)); });
+    char note[64];
+    std::snprintf(note, sizeof note, "%.3f ms", ms);
+    result("prefill-attn", "ember paged bf16 causal 4096 h8/kv4 d256 wgmma synced 64-key tiles",
+           4.0 * D256 * H256 * (double(n) * (n + 1) / 2) / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+  }
 }
 
 void bench_gemm(cudaStream_t s, LtGemm& lt) {

@@ -353,6 +353,10 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   static_assert(kWg * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
+  // The 16-bit producer publishes tile t - 1 only after issuing tile t, which waits for the
+  // release of tile t - kStages; run_overlap releases a tile one tile late, so with 2 stages
+  // each side would wait for the other (a head_dim 256 build of it hung on the H200).
+  static_assert(!kOverlap || kIsFp8 || kStages >= 3);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* s_q = aligned_smem(smem_raw);                 // [D / 64][kRows][64]
   uint8_t* s_kv = s_q + kRows * D * 2;                   // [kStages][K, V][D / 64][kKeys][64]
