@@ -496,8 +496,8 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
       a.wgmma = wgmma;
       report(a, v.kind, "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " + v.name);
     }
-    // One-byte K/V: the mma.sync kernel widens in shared memory, the wgmma one in its producer
-    // (FP8 e4m3 exactly, with 128-key tiles; INT8 times its scales, with 64-key tiles).
+    // One-byte K/V: the mma.sync kernel widens in shared memory, the wgmma ones in their
+    // producer (FP8 e4m3 exactly; INT8 times its scales, with 64-key tiles only).
     if (KV == 8) {
       struct ByteVariant {
         DType kv;

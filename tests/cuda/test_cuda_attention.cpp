@@ -325,9 +325,10 @@ TEST(CudaAttention, WgmmaPrefill) {
   check(AttnCase{32, 8, 128, 16, DType::BF16, {{512, 512}, {100, 1100}}}, runs, 47);
 }
 
-// FP8 K/V (e4m3, e5m2) on the warp-specialized wgmma kernel, whose producer widens each landed
-// tile to F16 (exact) in the swizzled stage: both tile sizes, mixed batches, GQA 1 / 4 / 8,
-// odd block sizes, window + soft-cap, both head dims (Auto takes it through the backend).
+// FP8 K/V (e4m3, e5m2) on the warp-specialized wgmma kernels (tile by tile and overlapping,
+// 2 and 3 consumers), whose producer widens each landed tile to F16 (exact) in the swizzled
+// stage: both tile sizes, mixed batches, GQA 1 / 4 / 8, odd block sizes, window + soft-cap,
+// both head dims (Auto takes it through the backend).
 TEST(CudaAttention, WgmmaPrefillFp8Kv) {
   SKIP_WITHOUT_GPU();
   if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
@@ -346,10 +347,11 @@ TEST(CudaAttention, WgmmaPrefillFp8Kv) {
   }
 }
 
-// INT8 K/V on the warp-specialized wgmma kernel (64-key tiles): the producer widens each
-// landed tile to F16 times the scales that the key's chunk-0 thread copied (three scale
-// buffers, a producer barrier per tile); mixed batches, GQA 1 / 4 / 8, odd block sizes,
-// window + soft-cap, both head dims, V rows whose scales span 10^4-10^6.
+// INT8 K/V on the warp-specialized wgmma kernels (64-key tiles; 2 consumers tile by tile, 3
+// overlapping): the producer widens each landed tile to F16 times the scales that the key's
+// chunk-0 thread copied (three scale buffers, a producer barrier per tile); mixed batches,
+// GQA 1 / 4 / 8, odd block sizes, window + soft-cap, both head dims, V rows whose scales span
+// 10^4-10^6.
 TEST(CudaAttention, WgmmaPrefillInt8Kv) {
   SKIP_WITHOUT_GPU();
   if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";

@@ -531,13 +531,14 @@ cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 bl
 cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);
 
 // The wgmma prefill kernels (attention_wgmma.cu, sm_90a builds only): warpgroups of 64 packed
-// rows, keys 64 or 128 per tile; BF16 / F16 K/V, head_dim 64 / 128 (256: mode 0 with 64 keys
-// only), FP8 K/V (mode 1 only, widened by the producer); mode 0 block-synced (2 warpgroups),
-// 1 warp-specialized (a producer warpgroup and 2 consumers), 2 the same with 3 consumers
-// (64-key tiles only); cudaErrorInvalidValue for anything else.
-// The default wgmma prefill: three consumers overlapping softmax and P V on 64-key tiles
-// (measured on an H200, causal 4096 x 32 heads of 128: 506 TFLOP/s against 431 for mode 1 with
-// 128-key tiles, same call; FP8 K/V 451 vs 375, INT8 351 vs 257).
+// rows, keys 64 or 128 per tile; mode 0 block-synced (2 warpgroups), 1 warp-specialized (a
+// producer warpgroup and 2 consumers), 2 the same with 3 consumers (64-key tiles only), 3 / 4
+// as 1 / 2 with the consumers overlapping softmax and P V (4: 64-key tiles only). BF16 / F16
+// K/V at head_dim 64 / 128 take every mode (256: mode 0 with 64 keys only); FP8 K/V (widened
+// by the producer) modes 1, 3 and 4 (128-key tiles: 1 and 3); INT8 modes 1 and 4 with 64-key
+// tiles; cudaErrorInvalidValue for anything else.
+// The default: mode 4 (measured on an H200, causal 4096 x 32 heads of 128: 506 TFLOP/s against
+// 431 for mode 1 with 128-key tiles, same call; FP8 K/V 451 vs 375, INT8 351 vs 257).
 constexpr int kDefaultWgmmaKeys = 64;
 constexpr int kDefaultWgmmaMode = 4;
 constexpr int wgmma_block_rows(int mode) { return mode == 2 || mode == 4 ? 192 : 128; }
