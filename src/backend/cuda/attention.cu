@@ -426,10 +426,13 @@ void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_ti
 // for key ranges of kLongFp8Keys and more, 4 (3 blocks) below: measured on an H200, b64 x 4096
 // keys 3708 vs 3317 GB/s, but b256 x 1024 keys 3076 vs 3461. max_kv is what decides, not the
 // tiles per split: under a graph it is the width bucket's bound (a power of two above the
-// longest sequence), and blocks of sequences half as long run better on 4 stages.
+// longest sequence), and blocks of sequences half as long run better on 4 stages. INT8 (its
+// stages also hold the scales) keeps 4 stages: 6 measured slower on every shape (session 14:
+// b32 x 4096 2,553 vs 2,769 GB/s, b64 x 4096 2,941 vs 3,091).
 int decode_stages(const PagedAttnArgs& a) {
   if (a.stages) return a.stages;
   if (!is_byte_kv(a.kv_type)) return kDefaultDecodeStages;
+  if (a.kv_type == DType::I8) return kDefaultFp8DecodeStages;
   return a.max_kv >= kLongFp8Keys ? kLongFp8DecodeStages : kDefaultFp8DecodeStages;
 }
 
