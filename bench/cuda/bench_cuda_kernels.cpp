@@ -453,75 +453,70 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
   }
 }
 
+// One launch of kind on a prepared causal prefill of one whole prompt (a.max_new tokens),
+// reported in TFLOP/s.
+void report_prefill(cudaStream_t s, int sms, const PagedAttnArgs& a, AttnKernel kind, const std::string& name) {
+  const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
+  // Causal: each of the n queries sees pos + 1 keys; 2 matmuls of 2 FLOP per MAC.
+  const double n = a.max_new;
+  const double flop = 4.0 * a.head_dim * a.n_heads * (n * (n + 1) / 2);
+  char note[64];
+  std::snprintf(note, sizeof note, "%.3f ms", ms);
+  result("prefill-attn", name, flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+}
+
 void bench_prefill_attention(cudaStream_t s, int sms) {
   const int n = 4096, H = 32, D = 128, bs = 16;
   const bool wgmma = wgmma_prefill_available(0);
+  // The mma.sync kernel (default 8 warps, and 4), then the wgmma kernels where the device runs
+  // them; one-byte K/V (8 KV heads only): the mma.sync kernel widens in shared memory, the
+  // wgmma ones in their producer (FP8 e4m3 exactly; INT8 times its scales, 64-key tiles only).
+  struct Variant {
+    DType kv;
+    AttnKernel kind;
+    int warps, stages, keys, mode;
+    const char* name;
+  };
+  const DType bf = DType::BF16, e4 = DType::FP8_E4M3, i8 = DType::I8;
+  const AttnKernel mma = AttnKernel::Prefill, wg = AttnKernel::PrefillWgmma;
+  const Variant variants[] = {
+      {bf, mma, 0, 0, 0, 0, "mma.sync 8w"},
+      {bf, mma, 4, 2, 0, 0, "mma.sync 4w"},
+      {bf, wg, 0, 0, 128, 0, "wgmma synced 128-key tiles"},
+      {bf, wg, 0, 0, 128, 1, "wgmma warp-specialized 128-key tiles"},
+      {bf, wg, 0, 0, 128, 3, "wgmma warp-specialized softmax over P V 128-key tiles"},
+      {bf, wg, 0, 0, 64, 0, "wgmma synced 64-key tiles"},
+      {bf, wg, 0, 0, 64, 1, "wgmma warp-specialized 64-key tiles"},
+      {bf, wg, 0, 0, 64, 2, "wgmma warp-specialized 3 consumers 64-key tiles"},
+      {bf, wg, 0, 0, 64, 3, "wgmma warp-specialized softmax over P V 64-key tiles"},
+      {bf, wg, 0, 0, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"},
+      {e4, mma, 0, 0, 0, 0, "mma.sync 8w"},
+      {e4, wg, 0, 0, 128, 1, "wgmma warp-specialized 128-key tiles"},
+      {e4, wg, 0, 0, 128, 3, "wgmma warp-specialized softmax over P V 128-key tiles"},
+      {e4, wg, 0, 0, 64, 1, "wgmma warp-specialized 64-key tiles"},
+      {e4, wg, 0, 0, 64, 3, "wgmma warp-specialized softmax over P V 64-key tiles"},
+      {e4, wg, 0, 0, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"},
+      {i8, mma, 0, 0, 0, 0, "mma.sync 8w"},
+      {i8, wg, 0, 0, 64, 1, "wgmma warp-specialized 64-key tiles"},
+      {i8, wg, 0, 0, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"}};
   for (int KV : {8, 32}) {
-    PagedSetup ps(1, n, n, KV, D, bs, s);
     auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
     auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H * D * 4));
     CK(launch_fill_random(DType::F32, q, int64_t{n} * H * D, 8, -2.0f, 2.0f, s));
-    // One launch of kind on a (prepared) causal 4096-token prefill, reported in TFLOP/s.
-    auto report = [&](const PagedAttnArgs& a, AttnKernel kind, const std::string& name) {
-      const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, kind, nullptr, 0, sms, s)); });
-      // Causal: each of the n queries sees pos + 1 keys; 2 matmuls of 2 FLOP per MAC.
-      const double flop = 4.0 * D * H * (double(n) * (n + 1) / 2);
-      char note[64];
-      std::snprintf(note, sizeof note, "%.3f ms", ms);
-      result("prefill-attn", name, flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
-    };
-    // The mma.sync kernel (default 8 warps, and 4), then the wgmma kernel (128- and 64-key
-    // tiles) where the device runs it.
-    struct Variant {
-      AttnKernel kind;
-      int warps, stages, keys, mode;
-      const char* name;
-    };
-    for (const Variant& v : {Variant{AttnKernel::Prefill, 0, 0, 0, 0, "mma.sync 8w"},
-                             Variant{AttnKernel::Prefill, 4, 2, 0, 0, "mma.sync 4w"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 0, "wgmma synced 128-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 1, "wgmma warp-specialized 128-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 128, 3, "wgmma warp-specialized softmax over P V 128-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 0, "wgmma synced 64-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 1, "wgmma warp-specialized 64-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 2, "wgmma warp-specialized 3 consumers 64-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 3, "wgmma warp-specialized softmax over P V 64-key tiles"},
-                             Variant{AttnKernel::PrefillWgmma, 0, 0, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"}}) {
-      if (v.kind == AttnKernel::PrefillWgmma && !wgmma) continue;
-      PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, bs);
-      a.prefill_warps = v.warps;
-      a.stages = v.stages;
-      a.prefill_keys = v.keys;
-      a.prefill_mode = v.mode;
-      a.wgmma = wgmma;
-      report(a, v.kind, "ember paged bf16 causal 4096 h32/kv" + std::to_string(KV) + " d128 " + v.name);
-    }
-    // One-byte K/V: the mma.sync kernel widens in shared memory, the wgmma ones in their
-    // producer (FP8 e4m3 exactly; INT8 times its scales, with 64-key tiles only).
-    if (KV == 8) {
-      struct ByteVariant {
-        DType kv;
-        AttnKernel kind;
-        int keys, mode;
-        const char* name;
-      };
-      const DType e4 = DType::FP8_E4M3, i8 = DType::I8;
-      const AttnKernel mma = AttnKernel::Prefill, wg = AttnKernel::PrefillWgmma;
-      for (const ByteVariant& v :
-           {ByteVariant{e4, mma, 0, 0, "mma.sync 8w"}, ByteVariant{e4, wg, 128, 1, "wgmma warp-specialized 128-key tiles"},
-            ByteVariant{e4, wg, 128, 3, "wgmma warp-specialized softmax over P V 128-key tiles"},
-            ByteVariant{e4, wg, 64, 1, "wgmma warp-specialized 64-key tiles"},
-            ByteVariant{e4, wg, 64, 3, "wgmma warp-specialized softmax over P V 64-key tiles"},
-            ByteVariant{e4, wg, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"},
-            ByteVariant{i8, mma, 0, 0, "mma.sync 8w"}, ByteVariant{i8, wg, 64, 1, "wgmma warp-specialized 64-key tiles"},
-            ByteVariant{i8, wg, 64, 4, "wgmma warp-specialized softmax over P V, 3 consumers 64-key tiles (default)"}}) {
-        if (v.kind == wg && !wgmma) continue;
-        PagedSetup pb(1, n, n, KV, D, bs, s, v.kv);
-        PagedAttnArgs a = pb.args(q, out, n, n, H, KV, D, bs);
-        a.wgmma = wgmma;
+    for (DType kv : {bf, e4, i8}) {
+      if (kv != bf && KV != 8) continue;
+      const PagedSetup ps(1, n, n, KV, D, bs, s, kv);
+      for (const Variant& v : variants) {
+        if (v.kv != kv || (v.kind == wg && !wgmma)) continue;
+        PagedAttnArgs a = ps.args(q, out, n, n, H, KV, D, bs);
+        a.prefill_warps = v.warps;
+        a.stages = v.stages;
         a.prefill_keys = v.keys;
         a.prefill_mode = v.mode;
-        report(a, v.kind, "ember paged " + std::string(dtype_name(v.kv)) + " causal 4096 h32/kv8 d128 " + v.name);
+        a.wgmma = wgmma;
+        report_prefill(s, sms, a, v.kind,
+                       "ember paged " + std::string(dtype_name(kv)) + " causal 4096 h32/kv" + std::to_string(KV) +
+                           " d128 " + v.name);
       }
     }
     CK(cudaFree(q));
@@ -530,17 +525,13 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
   // head_dim 256 (Gemma 3 4B: 8 heads, 4 KV heads): the block-synced kernel, its only one.
   if (wgmma) {
     const int H256 = 8, KV256 = 4, D256 = 256;
-    PagedSetup ps(1, n, n, KV256, D256, bs, s);
+    const PagedSetup ps(1, n, n, KV256, D256, bs, s);
     auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H256 * D256 * 4));
     auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(n) * H256 * D256 * 4));
     CK(launch_fill_random(DType::F32, q, int64_t{n} * H256 * D256, 9, -2.0f, 2.0f, s));
     PagedAttnArgs a = ps.args(q, out, n, n, H256, KV256, D256, bs);
     a.wgmma = true;
-    const double ms = time_graph(s, 5, 9, [&](int) { CK(launch_paged_attention(a, AttnKernel::PrefillWgmma, nullptr, 0, sms, s)); });
-    char note[64];
-    std::snprintf(note, sizeof note, "%.3f ms", ms);
-    result("prefill-attn", "ember paged bf16 causal 4096 h8/kv4 d256 wgmma synced 64-key tiles",
-           4.0 * D256 * H256 * (double(n) * (n + 1) / 2) / (ms * 1e-3) / 1e12, "TFLOP/s", note);
+    report_prefill(s, sms, a, wg, "ember paged bf16 causal 4096 h8/kv4 d256 wgmma synced 64-key tiles");
     CK(cudaFree(q));
     CK(cudaFree(out));
   }

@@ -266,6 +266,19 @@ __device__ __forceinline__ void store_chunk(const SArgs& A, uint8_t* smem, float
   }
 }
 
+// rms_norm of one chunk of row `row` at k0 (v0, v1: x; w0, w1: the norm's weights there; s_inv:
+// the rows' inverse RMS); block 0 also writes it to A.norm.out as F32.
+__device__ __forceinline__ void norm_chunk(const SArgs& A, const float* s_inv, int row, int64_t k0, float4 w0,
+                                           float4 w1, float4& v0, float4& v1) {
+  v0 = rms_scale4(v0, s_inv[row], w0);
+  v1 = rms_scale4(v1, s_inv[row], w1);
+  if (blockIdx.x == 0 && A.norm.out) {
+    float4* op = reinterpret_cast<float4*>(A.norm.out + row * A.k + k0);
+    op[0] = v0;
+    op[1] = v1;
+  }
+}
+
 // x [n, k] F32 -> BF16 (int8: F16) in shared memory (see the file comment), the zero block, and
 // for int4 the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
 // With A.norm, x is rms_norm(x) (block 0 also writes it to A.norm.out as F32).
@@ -292,15 +305,7 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem, float* s_part, float* s_i
       const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
       v0 = __ldg(xp);
       v1 = __ldg(xp + 1);
-      if (norm) {
-        v0 = rms_scale4(v0, s_inv[row], xnorm_w4(A.norm, k0 / 4));
-        v1 = rms_scale4(v1, s_inv[row], xnorm_w4(A.norm, k0 / 4 + 1));
-        if (blockIdx.x == 0 && A.norm.out) {
-          float4* op = reinterpret_cast<float4*>(A.norm.out + row * A.k + k0);
-          op[0] = v0;
-          op[1] = v1;
-        }
-      }
+      if (norm) norm_chunk(A, s_inv, row, k0, xnorm_w4(A.norm, k0 / 4), xnorm_w4(A.norm, k0 / 4 + 1), v0, v1);
     }
     store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
   }
@@ -356,15 +361,7 @@ __device__ void stage_x_warp(const SArgs& A, uint8_t* smem, float* s_part, float
       const int row = ok ? rj / J : 0, u = warp + kWarps * (ok ? rj % J : 0);
       const int64_t k0 = static_cast<int64_t>(u) * U + ci * 8;
       float4 v0 = xv[b][0], v1 = xv[b][1];
-      if (norm && ok && k0 < A.k) {
-        v0 = rms_scale4(v0, s_inv[row], wv[b][0]);
-        v1 = rms_scale4(v1, s_inv[row], wv[b][1]);
-        if (blockIdx.x == 0 && A.norm.out) {
-          float4* op = reinterpret_cast<float4*>(A.norm.out + row * A.k + k0);
-          op[0] = v0;
-          op[1] = v1;
-        }
-      }
+      if (norm && ok && k0 < A.k) norm_chunk(A, s_inv, row, k0, wv[b][0], wv[b][1], v0, v1);
       store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
     }
   }
