@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     return s_psc + ((stage * kThreads + static_cast<int>(threadIdx.x)) * kPasses + ps) * 2 + kv;
   };
 
-  pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
-  pdl_launch_dependents();
+  // (launched as a programmatic dependent: q and the cache are written before)
+  pdl_enter(kDecode && a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
   if (!attn_span<kDecode, kRows>(L, sp)) return;
@@ -294,8 +294,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
 // Merges the decode splits of one (sequence, kv head, row tile): out = sum_s w_s O_s with
 // w_s = 2^(lse_s - LSE). Splits with lse -inf (empty) are skipped, never multiplied.
 __global__ void attn_merge_kernel(const Launch L) {
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_enter(L.a.pdl_release_early);
   const PagedAttnArgs& a = L.a;
   const int zi = blockIdx.z, kh = blockIdx.y, rt = blockIdx.x;
   const int seq = a.seq_ids[zi];

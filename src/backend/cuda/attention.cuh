@@ -89,6 +89,8 @@ struct PagedAttnArgs {
   bool wgmma = false;
   // Launch the tensor-core kernels as programmatic dependents of the previous kernel.
   bool pdl = false;
+  // Decode (and its merge): let the next kernel start before this one's wait (pdl_enter).
+  bool pdl_release_early = false;
   // Decode: when the launch has fewer blocks than SMs, split the key range finer (down to one
   // 64-key tile per split) to shorten its latency (batch-1 decode).
   bool fill_gpu = false;

@@ -243,8 +243,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   // INT8: then the scales, [kStages][K, V][kTileKeys].
   float* s_sc = reinterpret_cast<float*>(s_kv + kStages * 2 * kTileBytes);
 
-  pdl_wait();  // (launched as a programmatic dependent: q and the cache are written before)
-  pdl_launch_dependents();
+  pdl_enter(a.pdl_release_early);  // (a programmatic dependent: q and the cache are written before)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
   if (!attn_span<true, kDecodeRows>(L, sp)) return;

@@ -101,6 +101,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->gpu_name_ = prop.name;
   be->fuse_ = switched_on("EMBER_CUDA_FUSE");
   be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
+  if (const char* v = std::getenv("EMBER_CUDA_PDL_EARLY")) be->pdl_early_ = std::atoi(v);
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
@@ -385,9 +386,10 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
 void CudaBackend::launch_norm(const PendingNorm& pn) {
   if (pn.b)
     EMBER_CUDA_CHECK(launch_add_rms_norm(pn.x, pn.b, pn.sum, pn.w, pn.w_type, pn.eps, pn.out, pn.rows, pn.d, stream_,
-                                         /*pdl=*/true));
+                                         /*pdl=*/true, (pdl_early_ & 2) != 0));
   else
-    EMBER_CUDA_CHECK(launch_rms_norm(pn.x, pn.w, pn.w_type, pn.eps, pn.out, pn.rows, pn.d, stream_, /*pdl=*/true));
+    EMBER_CUDA_CHECK(
+        launch_rms_norm(pn.x, pn.w, pn.w_type, pn.eps, pn.out, pn.rows, pn.d, stream_, /*pdl=*/true, (pdl_early_ & 2) != 0));
 }
 
 const float* CudaBackend::check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
@@ -566,7 +568,7 @@ bool CudaBackend::rows_from_producer(const Tensor& x, const GemmRowsOut& ro, boo
   cudaError_t e = cudaErrorNotSupported;
   if (pn_.active && pn_.out == x.data && pn_.rows == n && pn_.d == k) {
     e = launch_rms_norm_rows(pn_.x, pn_.b, pn_.sum, pn_.w, pn_.w_type, pn_.eps, once ? nullptr : pn_.out, n, k, ro,
-                             stream_, /*pdl=*/true);
+                             stream_, /*pdl=*/true, (pdl_early_ & 2) != 0);
     if (e != cudaErrorNotSupported) pn_.active = false;
   } else if (pgl_.active && pgl_.out == x.data && pgl_.rows == n && pgl_.cols == k) {
     e = launch_glu_rows(pgl_.in_type, pgl_.gate, pgl_.up, pgl_.gelu_tanh, once ? nullptr : pgl_.out, n, k, &ro,
@@ -933,6 +935,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.softcap = p.logit_softcap;
   a.window = p.sliding_window;
   a.pdl = true;
+  a.pdl_release_early = (pdl_early_ & 1) != 0;
   a.fill_gpu = attn_fill_;
   a.wgmma = wgmma_prefill_;
   a.prefill_mode = prefill_mode_;

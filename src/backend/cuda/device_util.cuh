@@ -141,6 +141,17 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// pdl_wait() then pdl_launch_dependents(); with release_early the other way round, so the
+// next kernel's blocks become resident while this one still waits for its own predecessor.
+// Safe for every kernel the backend launches, since none touches memory another kernel writes
+// before its pdl_wait(); it pays where the next kernel is a GEMV that streams weights before
+// its wait and this one is short and latency-bound (a decode step's norm or attention): those
+// weights then arrive during this kernel instead of after it.
+__device__ __forceinline__ void pdl_enter(bool release_early) {
+  if (release_early) pdl_launch_dependents();
+  pdl_wait();
+  if (!release_early) pdl_launch_dependents();
+}
 
 // The gate activation of a GLU: SiLU, or GeLU with the tanh approximation.
 __device__ __forceinline__ float glu_act(float g, bool gelu_tanh) {

@@ -61,9 +61,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // element it later writes, so out may alias x.
 template <typename W>
 __global__ void rms_norm_kernel(const float* x, const W* __restrict__ w, float eps, float* out,
-                                int64_t d) {
-  pdl_wait();
-  pdl_launch_dependents();
+                                int64_t d, bool release_early) {
+  pdl_enter(release_early);
   const float* xr = x + blockIdx.x * d;
   float* orow = out + blockIdx.x * d;
   float ss = 0.0f;
@@ -77,9 +76,9 @@ __global__ void rms_norm_kernel(const float* x, const W* __restrict__ w, float e
 // sums it wrote itself, so sum may alias a or b and out may alias sum.
 template <typename W>
 __global__ void add_rms_norm_kernel(const float* a, const float* b, float* sum,
-                                    const W* __restrict__ w, float eps, float* out, int64_t d) {
-  pdl_wait();
-  pdl_launch_dependents();
+                                    const W* __restrict__ w, float eps, float* out, int64_t d,
+                                    bool release_early) {
+  pdl_enter(release_early);
   const int64_t r0 = blockIdx.x * d;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
@@ -108,9 +107,9 @@ __device__ __forceinline__ uint2 bf16x4(float4 v) {
 // every element is read and written by one thread.
 template <typename W, int V, bool kAdd, int kRows>
 __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
-                                    const W* __restrict__ w, float eps, float* out, int64_t d, GemmRowsOut ro) {
-  pdl_wait();
-  pdl_launch_dependents();
+                                    const W* __restrict__ w, float eps, float* out, int64_t d, GemmRowsOut ro,
+                                    bool release_early) {
+  pdl_enter(release_early);
   const int64_t r0 = blockIdx.x * d;
   const int n4 = static_cast<int>(d / 4);
   float4 v[V];
@@ -157,7 +156,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <typename W, bool kAdd>
 cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W* w, float eps,
                             float* out, int64_t rows, int64_t d, cudaStream_t stream, bool pdl,
-                            const GemmRowsOut* ro = nullptr) {
+                            bool release_early, const GemmRowsOut* ro = nullptr) {
   const int64_t n4 = d / 4;
   const int kind = rows_kind(ro);
   if (d % 4 != 0 || n4 > 4 * 1024 || !aligned16(a) || (out ? !aligned16(out) : !ro) ||
@@ -170,7 +169,7 @@ cudaError_t launch_norm_reg(const float* a, const float* b, float* sum, const W*
   const int v = static_cast<int>((n4 + threads - 1) / threads);
   const dim3 grid(static_cast<unsigned>(rows)), block(threads);
   const GemmRowsOut q = ro ? *ro : GemmRowsOut{};
-  auto go = [&](auto kernel) { return launch_kernel(kernel, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d, q); };
+  auto go = [&](auto kernel) { return launch_kernel(kernel, grid, block, 0, stream, pdl, a, b, sum, w, eps, out, d, q, release_early); };
   auto pick = [&](auto k) {
     constexpr int K = decltype(k)::value;
     switch (v) {
@@ -366,44 +365,44 @@ cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void
 }
 
 cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
-                            int64_t rows, int64_t d, cudaStream_t stream, bool pdl) {
+                            int64_t rows, int64_t d, cudaStream_t stream, bool pdl, bool release_early) {
   if (rows == 0) return cudaSuccess;
   // Small rows (per-head q/k norms) get one warp's worth of threads, model-width rows more.
   cudaError_t e = w_type == DType::F32
-                      ? launch_norm_reg<float, false>(x, nullptr, nullptr, static_cast<const float*>(w), eps, out, rows, d, stream, pdl)
+                      ? launch_norm_reg<float, false>(x, nullptr, nullptr, static_cast<const float*>(w), eps, out, rows, d, stream, pdl, release_early)
                   : w_type == DType::BF16
-                      ? launch_norm_reg<__nv_bfloat16, false>(x, nullptr, nullptr, static_cast<const __nv_bfloat16*>(w), eps, out, rows, d, stream, pdl)
+                      ? launch_norm_reg<__nv_bfloat16, false>(x, nullptr, nullptr, static_cast<const __nv_bfloat16*>(w), eps, out, rows, d, stream, pdl, release_early)
                       : cudaErrorInvalidValue;
   if (e != cudaErrorNotSupported) return e;
   const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
   const dim3 grid(static_cast<unsigned>(rows));
   if (w_type == DType::F32)
     return launch_kernel(rms_norm_kernel<float>, grid, dim3(threads), 0, stream, pdl, x,
-                         static_cast<const float*>(w), eps, out, d);
+                         static_cast<const float*>(w), eps, out, d, release_early);
   if (w_type == DType::BF16)
     return launch_kernel(rms_norm_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, pdl, x,
-                         static_cast<const __nv_bfloat16*>(w), eps, out, d);
+                         static_cast<const __nv_bfloat16*>(w), eps, out, d, release_early);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, const void* w,
                                 DType w_type, float eps, float* out, int64_t rows, int64_t d,
-                                cudaStream_t stream, bool pdl) {
+                                cudaStream_t stream, bool pdl, bool release_early) {
   if (rows == 0) return cudaSuccess;
   cudaError_t e = w_type == DType::F32
-                      ? launch_norm_reg<float, true>(a, b, sum, static_cast<const float*>(w), eps, out, rows, d, stream, pdl)
+                      ? launch_norm_reg<float, true>(a, b, sum, static_cast<const float*>(w), eps, out, rows, d, stream, pdl, release_early)
                   : w_type == DType::BF16
-                      ? launch_norm_reg<__nv_bfloat16, true>(a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, rows, d, stream, pdl)
+                      ? launch_norm_reg<__nv_bfloat16, true>(a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, rows, d, stream, pdl, release_early)
                       : cudaErrorInvalidValue;
   if (e != cudaErrorNotSupported) return e;
   const int threads = d <= 256 ? 64 : (d <= 2048 ? 256 : 512);
   const dim3 grid(static_cast<unsigned>(rows));
   if (w_type == DType::F32)
     return launch_kernel(add_rms_norm_kernel<float>, grid, dim3(threads), 0, stream, pdl, a, b,
-                         sum, static_cast<const float*>(w), eps, out, d);
+                         sum, static_cast<const float*>(w), eps, out, d, release_early);
   if (w_type == DType::BF16)
     return launch_kernel(add_rms_norm_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, pdl,
-                         a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, d);
+                         a, b, sum, static_cast<const __nv_bfloat16*>(w), eps, out, d, release_early);
   return cudaErrorInvalidValue;
 }
 
@@ -496,19 +495,19 @@ cudaError_t launch_fill_random(DType type, void* dst, int64_t n, uint64_t seed, 
 
 cudaError_t launch_rms_norm_rows(const float* a, const float* b, float* sum, const void* w, DType w_type, float eps,
                                  float* out, int64_t rows, int64_t d, const GemmRowsOut& ro, cudaStream_t stream,
-                                 bool pdl) {
+                                 bool pdl, bool release_early) {
   if (rows == 0) return cudaSuccess;
   if (w_type != DType::F32 && w_type != DType::BF16) return cudaErrorInvalidValue;
   if ((ro.fq.q != nullptr) == (ro.bf16 != nullptr)) return cudaErrorInvalidValue;
   const auto* wf = static_cast<const float*>(w);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if (b) {
-    return w_type == DType::F32 ? launch_norm_reg<float, true>(a, b, sum, wf, eps, out, rows, d, stream, pdl, &ro)
-                                : launch_norm_reg<__nv_bfloat16, true>(a, b, sum, wb, eps, out, rows, d, stream, pdl, &ro);
+    return w_type == DType::F32 ? launch_norm_reg<float, true>(a, b, sum, wf, eps, out, rows, d, stream, pdl, release_early, &ro)
+                                : launch_norm_reg<__nv_bfloat16, true>(a, b, sum, wb, eps, out, rows, d, stream, pdl, release_early, &ro);
   }
   return w_type == DType::F32
-             ? launch_norm_reg<float, false>(a, nullptr, nullptr, wf, eps, out, rows, d, stream, pdl, &ro)
-             : launch_norm_reg<__nv_bfloat16, false>(a, nullptr, nullptr, wb, eps, out, rows, d, stream, pdl, &ro);
+             ? launch_norm_reg<float, false>(a, nullptr, nullptr, wf, eps, out, rows, d, stream, pdl, release_early, &ro)
+             : launch_norm_reg<__nv_bfloat16, false>(a, nullptr, nullptr, wb, eps, out, rows, d, stream, pdl, release_early, &ro);
 }
 
 cudaError_t launch_glu_rows(DType in_type, const void* gate, const void* up, bool gelu_tanh, float* out, int64_t rows,

@@ -2,7 +2,8 @@
 // Launchers of the small per-element CUDA kernels: dtype conversion, RMSNorm, RoPE, GLU, add,
 // scale, bias. Plain C++ declarations so host code built by g++ can call them. Each returns
 // the launch's error (cudaGetLastError), which the caller checks. pdl: launch as a
-// programmatic dependent of the previous kernel (see device_util.cuh).
+// programmatic dependent of the previous kernel; release_early: let the next one start before
+// this one's wait (pdl_enter in device_util.cuh).
 #include "backend/cuda/qgemv.cuh"
 #include "core/dtype.h"
 
@@ -19,13 +20,14 @@ cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void
 // out = x / sqrt(mean(x^2) + eps) * w per row.   x, out [rows, d] F32 (may alias);
 // w [d] F32 or BF16.
 cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
-                            int64_t rows, int64_t d, cudaStream_t stream, bool pdl = false);
+                            int64_t rows, int64_t d, cudaStream_t stream, bool pdl = false,
+                            bool release_early = false);
 
 // sum = a + b; out = sum / sqrt(mean(sum^2) + eps) * w per row (residual add + the next norm
 // in one pass).   a, b, sum, out [rows, d] F32 (sum may alias a or b, out may alias sum).
 cudaError_t launch_add_rms_norm(const float* a, const float* b, float* sum, const void* w,
                                 DType w_type, float eps, float* out, int64_t rows, int64_t d,
-                                cudaStream_t stream, bool pdl = false);
+                                cudaStream_t stream, bool pdl = false, bool release_early = false);
 
 // The x rows of the GEMM that reads a norm's or GLU's output, written by that kernel on the
 // way out: e4m3 with one scale per row (fq.q set; the same bytes launch_quantize_rows_fp8 would
@@ -41,7 +43,7 @@ struct GemmRowsOut {
 // nothing is launched then.
 cudaError_t launch_rms_norm_rows(const float* a, const float* b, float* sum, const void* w, DType w_type, float eps,
                                  float* out, int64_t rows, int64_t d, const GemmRowsOut& ro, cudaStream_t stream,
-                                 bool pdl = false);
+                                 bool pdl = false, bool release_early = false);
 
 // Rotates x in place.   x [n, n_heads, head_dim] F32; positions [n] and inv_freq
 // [rotary_dim / 2] in device memory.
