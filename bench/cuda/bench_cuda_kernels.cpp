@@ -522,7 +522,8 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     CK(cudaFree(q));
     CK(cudaFree(out));
   }
-  // head_dim 256 (Gemma 3 4B: 8 heads, 4 KV heads): the block-synced kernel, its only one.
+  // head_dim 256 (Gemma 3 4B: 8 heads, 4 KV heads): the block-synced kernel and the two
+  // overlapping consumers (K and V on their own barriers), both on 64-key tiles, 2 stages.
   if (wgmma) {
     const int H256 = 8, KV256 = 4, D256 = 256;
     const PagedSetup ps(1, n, n, KV256, D256, bs, s);
@@ -531,7 +532,10 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     CK(launch_fill_random(DType::F32, q, int64_t{n} * H256 * D256, 9, -2.0f, 2.0f, s));
     PagedAttnArgs a = ps.args(q, out, n, n, H256, KV256, D256, bs);
     a.wgmma = true;
+    a.prefill_mode = 0;
     report_prefill(s, sms, a, wg, "ember paged bf16 causal 4096 h8/kv4 d256 wgmma synced 64-key tiles");
+    a.prefill_mode = 3;
+    report_prefill(s, sms, a, wg, "ember paged bf16 causal 4096 h8/kv4 d256 wgmma overlap 2 consumers split K/V");
     CK(cudaFree(q));
     CK(cudaFree(out));
   }

@@ -363,12 +363,13 @@ TEST(CudaAttention, WgmmaPrefillInt8Kv) {
   check(AttnCase{32, 8, 128, 16, DType::I8, {{512, 512}, {100, 1100}}}, runs, 65);
 }
 
-// head_dim 256 (Gemma): no mma.sync kernel; the block-synced wgmma kernel with 64-key tiles takes
-// every row count, decode rows included (Auto picks it through the backend).
+// head_dim 256 (Gemma): no mma.sync kernel; the wgmma kernels with 64-key tiles (block-synced,
+// and two consumers overlapping softmax and P V with K and V on their own barriers) take every
+// row count, decode rows included (Auto picks the default through the backend).
 TEST(CudaAttention, WgmmaHeadDim256) {
   SKIP_WITHOUT_GPU();
   if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
-  const RunList runs = {{kAuto}, {kWgmma}, {kSimple}};
+  const RunList runs = {{kAuto}, {kWgmma, 0, 0, 0, 64, 0}, {kWgmma, 0, 0, 0, 64, 3}, {kSimple}};
   check(AttnCase{8, 2, 256, 16, DType::BF16, {{1, 1}, {1, 300}, {3, 40}, {150, 421}, {4, 1000}, {200, 200}}}, runs, 48);
   check(AttnCase{4, 1, 256, 7, DType::F16, {{1, 77}, {70, 70}, {129, 500}}, 64, 50.0f}, runs, 49);
 }

@@ -510,11 +510,12 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   L.group = a.n_heads / a.n_kv_heads;
   if (kind == AttnKernel::PrefillWgmma) {
     if (!a.wgmma || !attention_wgmma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
-    // head_dim 256: only the block-synced kernel with 64-key tiles (its O takes 128 registers);
-    // one-byte K/V: only warp-specialized kernels (their producer widens the tiles; the
-    // launcher rejects the others); INT8 with 64-key tiles only (room for its scales).
+    // head_dim 256: 64-key tiles, 2 stages, modes 0 and 3 only (its O takes 128 registers, a
+    // stage 64 KiB); one-byte K/V: only warp-specialized kernels (their producer widens the
+    // tiles; the launcher rejects the others); INT8 with 64-key tiles only (room for its scales).
     const bool d256 = a.head_dim == 256;
-    const int mode = d256 ? 0 : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
+    const int mode = d256 ? (a.prefill_mode == 0 || a.prefill_mode == 3 ? a.prefill_mode : kDefaultWgmmaModeD256)
+                     : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
     const int keys = d256 || a.kv_type == DType::I8 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;

@@ -232,9 +232,14 @@ struct KvTileLoader {
   uint32_t off[kPasses];         // its slot's byte offset in the block
 
   __device__ __forceinline__ KvTileLoader(const PagedAttnArgs& a, int seq, int kh, int t_begin_, int kv_hi_)
+      : KvTileLoader(a, seq, kh, t_begin_, kv_hi_, threadIdx.x) {}
+  // tid: this thread's index among the kThreads loading. (Unsigned: the signed division and
+  // remainder cost the 128-key wgmma kernels' producers 72 bytes of spills.)
+  __device__ __forceinline__ KvTileLoader(const PagedAttnArgs& a, int seq, int kh, int t_begin_, int kv_hi_,
+                                          unsigned tid)
       : bs(a.block_size), kv_hi(kv_hi_), t_begin(t_begin_) {
-    chunk = threadIdx.x % kTpr;
-    key = threadIdx.x / kTpr;
+    chunk = tid % kTpr;
+    key = tid / kTpr;
     slot_bytes = static_cast<uint32_t>(a.n_kv_heads) * kRowBytes;
     block_bytes = slot_bytes * static_cast<uint32_t>(bs);
     const size_t head = static_cast<size_t>(kh) * kRowBytes + chunk * 16;
@@ -287,6 +292,18 @@ struct KvTileLoader {
         for (int j = 0; j < kRun; ++j)
           cp_async_16(dst(ps * kKeysPerPass, key, chunk + kTpr * j, kv), (kv ? v_src : k_src) + o + 16 * kTpr * j,
                       valid);
+    }
+  }
+  // The same for K alone (kv 0) or V alone (1).
+  template <int kv, typename Dst>
+  __device__ __forceinline__ void issue_one(Dst dst) const {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const bool valid = blk[ps] >= 0;
+      const size_t o = static_cast<size_t>(static_cast<uint32_t>(max(blk[ps], 0))) * block_bytes + off[ps];
+#pragma unroll
+      for (int j = 0; j < kRun; ++j)
+        cp_async_16(dst(ps * kKeysPerPass, key, chunk + kTpr * j, kv), (kv ? v_src : k_src) + o + 16 * kTpr * j, valid);
     }
   }
   // INT8 K/V: the per-(slot, head) scales of the same tile into k_dst[key] and v_dst[key], 0
@@ -534,13 +551,17 @@ cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream
 // rows, keys 64 or 128 per tile; mode 0 block-synced (2 warpgroups), 1 warp-specialized (a
 // producer warpgroup and 2 consumers), 2 the same with 3 consumers (64-key tiles only), 3 / 4
 // as 1 / 2 with the consumers overlapping softmax and P V (4: 64-key tiles only). BF16 / F16
-// K/V at head_dim 64 / 128 take every mode (256: mode 0 with 64 keys only); FP8 K/V (widened
+// K/V at head_dim 64 / 128 take every mode (256: modes 0 and 3, 64 keys only); FP8 K/V (widened
 // by the producer) modes 1, 3 and 4 (128-key tiles: 1 and 3); INT8 modes 1 and 4 with 64-key
 // tiles; cudaErrorInvalidValue for anything else.
 // The default: mode 4 (measured on an H200, causal 4096 x 32 heads of 128: 506 TFLOP/s against
 // 431 for mode 1 with 128-key tiles, same call; FP8 K/V 451 vs 375, INT8 351 vs 257).
 constexpr int kDefaultWgmmaKeys = 64;
 constexpr int kDefaultWgmmaMode = 4;
+// head_dim 256: 0 (block-synced) or 3 (two consumers overlapping, K and V on their own
+// barriers, 2 stages); the others need more shared memory than an SM has. Mode 3 measured on
+// an H200 (session 15, causal 4096 x 8 heads / 4 KV heads): 473 TFLOP/s against 342, same call.
+constexpr int kDefaultWgmmaModeD256 = 3;
 constexpr int wgmma_block_rows(int mode) { return mode == 2 || mode == 4 ? 192 : 128; }
 cudaError_t launch_prefill_wgmma(const Launch& L, int keys, int mode, dim3 grid, cudaStream_t stream);
 

@@ -22,12 +22,13 @@ namespace ember::cuda::attn {
 namespace {
 
 // Shared memory: Q [consumer warpgroups * 64 rows][D], then kStages x (K, V) [kKeys][D], all
-// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers, then (one-byte K/V) two
-// raw tiles [K, V][kKeys][D bytes], then (INT8) three [K, V][kKeys] float scale buffers; +1 KiB
-// to align the base to the swizzle period.
+// 16-bit and swizzled, then (warp-specialized) 2 x kStages mbarriers (4 x kStages room: K and V
+// apart with 2 stages, kSplitKV), then (one-byte K/V, after the first 2 x kStages) two raw tiles
+// [K, V][kKeys][D bytes], then (INT8) three [K, V][kKeys] float scale buffers; +1 KiB to align
+// the base to the swizzle period.
 constexpr int kI8ScaleBufs = 3;
 constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D, bool fp8 = false, bool i8 = false) {
-  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + (fp8 ? 2 * 2 * keys * D : 0) + 16 * stages +
+  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + (fp8 ? 2 * 2 * keys * D : 0) + 32 * stages +
          (i8 ? kI8ScaleBufs * 2 * keys * sizeof(float) : 0) + wg::kAtomBytes;
 }
 
@@ -139,19 +140,33 @@ struct WgRows {
   // P = 0): MMAs under a branch ptxas cannot prove uniform are serialized (warning C7520).
   // (Measured slower and not kept: P V of tile t - 1 and S of tile t as one group, with or
   // without FA3's ping-pong turns between two consumers, and this loop with the turns.)
-  template <int kStages>
+  //
+  // kSplitKV (2 stages, where K of tile t + 1 and V of tile t would share one stage's barrier
+  // and each side would wait for the other): K and V have their own "full" / "empty" barriers
+  // (full_v / empty_v; full / empty are K's), K of tile t is released once S of tile t is
+  // done, V once its P V is, so the producer refills K a tile before V.
+  template <int kStages, bool kSplitKV = false>
   __device__ __forceinline__ void run_overlap(uint32_t kv_addr, uint32_t full, uint32_t empty, int n_tiles,
-                                              int t_begin, int q_rows, const PagedAttnArgs& a) {
+                                              int t_begin, int q_rows, const PagedAttnArgs& a, uint32_t full_v = 0,
+                                              uint32_t empty_v = 0) {
     constexpr uint32_t kTileBytes = kKeys * D * 2;
     auto stage_addr = [&](int t) { return kv_addr + (t % kStages) * 2 * kTileBytes; };
     // Waited for even by a warpgroup without rows: an early "empty" arrival could complete the
     // stage's previous phase.
     auto wait_full = [&](int t) { wg::mbar_wait(full + 8 * (t % kStages), (t / kStages) & 1); };
-    auto release = [&](int t) { wg::mbar_arrive(empty + 8 * (t % kStages)); };
+    auto wait_v = [&](int t) {
+      if constexpr (kSplitKV) wg::mbar_wait(full_v + 8 * (t % kStages), (t / kStages) & 1);
+    };
+    auto release_k = [&](int t) {
+      if constexpr (kSplitKV) wg::mbar_arrive(empty + 8 * (t % kStages));
+    };
+    auto release_v = [&](int t) { wg::mbar_arrive((kSplitKV ? empty_v : empty) + 8 * (t % kStages)); };
     if (!live || n_tiles == 0) {
       for (int t = 0; t < n_tiles; ++t) {
         wait_full(t);
-        release(t);
+        wait_v(t);
+        release_k(t);
+        release_v(t);
       }
       return;
     }
@@ -163,31 +178,35 @@ struct WgRows {
     issue_s(s, stage_addr(0), q_rows);
     wg::wait<0>();
     wg::fence_operands(s);
+    release_k(0);
     softmax(s, t_begin, a, c_a, c_b);  // O is still zero: nothing to rescale
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
     for (int t = 1; t < n_tiles; ++t) {
       wait_full(t);
+      wait_v(t - 1);
       wg::fence();
       issue_s(s, stage_addr(t), q_rows);
       issue_pv(pa, stage_addr(t - 1) + kTileBytes);
       wg::wait<1>();  // S of tile t (the older group) has landed
       wg::fence_operands(s);
+      release_k(t);
       const bool moved = __any_sync(0xffffffffu, softmax(s, t_begin + t * kKeys, a, c_a, c_b));
       wg::wait<0>();
       wg::fence_operands(o);
       wg::fence_operands(pa);
-      release(t - 1);
+      release_v(t - 1);
       if (moved) rescale_rows<kNtO>(o, c_a, c_b);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment<T, kNtS>(pa[kk], s, kk);
     }
+    wait_v(n_tiles - 1);
     wg::fence();
     issue_pv(pa, stage_addr(n_tiles - 1) + kTileBytes);
     wg::wait<0>();
     wg::fence_operands(o);
     wg::fence_operands(pa);
-    release(n_tiles - 1);
+    release_v(n_tiles - 1);
   }
 };
 
@@ -202,6 +221,19 @@ __device__ __forceinline__ void issue_tile(Loader& ld, uint8_t* s_kv, int stage)
     ld.issue([&](int k0, int key, int c, int kv) {
       const int r = sub * kTileKeys + k0 + key;
       return s_kv + (stage * 2 + kv) * kTileBytes + wg::swizzled_offset(kKeys, r, c);
+    });
+  }
+}
+// K (kv 0) or V (1) alone of the tile, as issue_tile.
+template <int D, int kKeys, int kv, typename Loader>
+__device__ __forceinline__ void issue_tile_one(Loader& ld, uint8_t* s_kv, int stage) {
+  constexpr uint32_t kTileBytes = kKeys * D * 2;
+#pragma unroll
+  for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
+    ld.load_ids();
+    ld.template issue_one<kv>([&](int k0, int key, int c, int kv_) {
+      const int r = sub * kTileKeys + k0 + key;
+      return s_kv + (stage * 2 + kv_) * kTileBytes + wg::swizzled_offset(kKeys, r, c);
     });
   }
 }
@@ -355,14 +387,18 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
   // The 16-bit producer publishes tile t - 1 only after issuing tile t, which waits for the
   // release of tile t - kStages; run_overlap releases a tile one tile late, so with 2 stages
-  // each side would wait for the other (a head_dim 256 build of it hung on the H200).
-  static_assert(!kOverlap || kIsFp8 || kStages >= 3);
+  // each side would wait for the other (a head_dim 256 build of it hung on the H200). There K
+  // and V take their own barriers and producer halves instead (kSplitKV), each publishing its
+  // last tile before it waits for a free stage.
+  constexpr bool kSplitKV = kOverlap && !kIsFp8 && kStages == 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* s_q = aligned_smem(smem_raw);                 // [D / 64][kRows][64]
   uint8_t* s_kv = s_q + kRows * D * 2;                   // [kStages][K, V][D / 64][kKeys][64]
   const uint32_t kv_addr = smem_addr(s_kv);
-  const uint32_t full = kv_addr + kStages * 2 * kTileBytes;  // [kStages] mbarriers
+  const uint32_t full = kv_addr + kStages * 2 * kTileBytes;  // [kStages] mbarriers (kSplitKV: K's)
   const uint32_t empty = full + 8 * kStages;                 // [kStages]
+  const uint32_t full_v = empty + 8 * kStages;               // kSplitKV: V's [kStages], [kStages]
+  const uint32_t empty_v = full_v + 8 * kStages;
 
   pdl_wait();
   pdl_launch_dependents();
@@ -371,8 +407,12 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      wg::mbar_init(full + 8 * s, 128);
+      wg::mbar_init(full + 8 * s, kSplitKV ? 64 : 128);
       wg::mbar_init(empty + 8 * s, kWg * 128);
+      if constexpr (kSplitKV) {
+        wg::mbar_init(full_v + 8 * s, 64);
+        wg::mbar_init(empty_v + 8 * s, kWg * 128);
+      }
     }
   }
   __syncthreads();  // barriers initialized before anyone arrives
@@ -407,26 +447,51 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     }
   } else if (wgi == 0) {
     wg::regs_dec<kProducerRegs>();
-    KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
-    // A tile is published once this thread's copies of it have landed, after the proxy fence
-    // that hands them to the async proxy (wgmma): the writer fences, so the consumers do not
-    // (a fence costs a MEMBAR.ALL.CTA a warp). Waiting on tile t - 1 only after issuing tile
-    // t keeps a tile in flight.
-    for (int t = 0; t < n_tiles; ++t) {
-      const int stage = t % kStages;
-      if (t >= kStages) wg::mbar_wait(empty + 8 * stage, (t / kStages - 1) & 1);
-      issue_tile<D, kKeys>(ld, s_kv, stage);
-      cp_async_commit();
-      if (t > 0) {
-        cp_async_wait<1>();
-        wg::fence_proxy_async();
-        wg::mbar_arrive(full + 8 * ((t - 1) % kStages));
+    if constexpr (kSplitKV) {
+      // Threads 0-63 copy K, 64-127 V, each half into its own barriers; a tile is published
+      // (its copies landed, fenced for wgmma) before the wait for the stage of the next.
+      const int half = threadIdx.x / 64;
+      KvTileLoader<D * 2, 64, 8> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi, threadIdx.x % 64u);
+      const uint32_t my_full = half ? full_v : full, my_empty = half ? empty_v : empty;
+      for (int t = 0; t < n_tiles; ++t) {
+        const int stage = t % kStages;
+        if (t > 0) {
+          cp_async_wait<0>();
+          wg::fence_proxy_async();
+          wg::mbar_arrive(my_full + 8 * ((t - 1) % kStages));
+        }
+        if (t >= kStages) wg::mbar_wait(my_empty + 8 * stage, (t / kStages - 1) & 1);
+        if (half) issue_tile_one<D, kKeys, 1>(ld, s_kv, stage);
+        else issue_tile_one<D, kKeys, 0>(ld, s_kv, stage);
+        cp_async_commit();
       }
-    }
-    if (n_tiles > 0) {
-      cp_async_wait<0>();
-      wg::fence_proxy_async();
-      wg::mbar_arrive(full + 8 * ((n_tiles - 1) % kStages));
+      if (n_tiles > 0) {
+        cp_async_wait<0>();
+        wg::fence_proxy_async();
+        wg::mbar_arrive(my_full + 8 * ((n_tiles - 1) % kStages));
+      }
+    } else {
+      KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
+      // A tile is published once this thread's copies of it have landed, after the proxy fence
+      // that hands them to the async proxy (wgmma): the writer fences, so the consumers do not
+      // (a fence costs a MEMBAR.ALL.CTA a warp). Waiting on tile t - 1 only after issuing tile
+      // t keeps a tile in flight.
+      for (int t = 0; t < n_tiles; ++t) {
+        const int stage = t % kStages;
+        if (t >= kStages) wg::mbar_wait(empty + 8 * stage, (t / kStages - 1) & 1);
+        issue_tile<D, kKeys>(ld, s_kv, stage);
+        cp_async_commit();
+        if (t > 0) {
+          cp_async_wait<1>();
+          wg::fence_proxy_async();
+          wg::mbar_arrive(full + 8 * ((t - 1) % kStages));
+        }
+      }
+      if (n_tiles > 0) {
+        cp_async_wait<0>();
+        wg::fence_proxy_async();
+        wg::mbar_arrive(full + 8 * ((n_tiles - 1) % kStages));
+      }
     }
   } else {
     wg::regs_inc<kConsumerRegs>();
@@ -437,7 +502,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
     wg::named_sync(1 + c, 128);  // the warpgroup's Q rows written
     WgRows<T, D, kKeys, kSoftcap> w(L, sp, c, smem_addr(s_q));
     if constexpr (kOverlap) {
-      w.template run_overlap<kStages>(kv_addr, full, empty, n_tiles, sp.t_begin, kRows, L.a);
+      w.template run_overlap<kStages, kSplitKV>(kv_addr, full, empty, n_tiles, sp.t_begin, kRows, L.a, full_v, empty_v);
     } else {
       for (int t = 0; t < n_tiles; ++t) {
         const int stage = t % kStages;
@@ -543,10 +608,14 @@ cudaError_t launch_prefill_wgmma(const Launch& L, int keys, int mode, dim3 grid,
   switch (L.a.head_dim) {
     case 64: return launch_wgmma_dim<64>(L, keys, mode, grid, stream);
     case 128: return launch_wgmma_dim<128>(L, keys, mode, grid, stream);
-    case 256:  // block-synced, 64-key tiles, 2 stages (192 KiB)
-      if (mode != 0 || keys != 64) return cudaErrorInvalidValue;
-      if (L.a.kv_type == DType::BF16) return launch_wgmma<__nv_bfloat16, 256, 64, 2, 0>(L, grid, stream);
-      if (L.a.kv_type == DType::F16) return launch_wgmma<__half, 256, 64, 2, 0>(L, grid, stream);
+    case 256:  // 64-key tiles, 2 stages (192 KiB): block-synced, or 2 consumers overlapping (split K / V)
+      if ((mode != 0 && mode != 3) || keys != 64) return cudaErrorInvalidValue;
+      if (L.a.kv_type == DType::BF16)
+        return mode == 0 ? launch_wgmma<__nv_bfloat16, 256, 64, 2, 0>(L, grid, stream)
+                         : launch_wgmma<__nv_bfloat16, 256, 64, 2, 3>(L, grid, stream);
+      if (L.a.kv_type == DType::F16)
+        return mode == 0 ? launch_wgmma<__half, 256, 64, 2, 0>(L, grid, stream)
+                         : launch_wgmma<__half, 256, 64, 2, 3>(L, grid, stream);
       return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
   }
