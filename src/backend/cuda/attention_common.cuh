@@ -280,30 +280,19 @@ struct KvTileLoader {
   // Copies the tile whose ids load_ids read last: K's chunk c of key k0 + key (k0: the pass's
   // first key in the tile) to dst(k0, key, c, 0), V's to dst(.., 1). Keys past kv_hi become
   // zeros (masked, never NaN), read from nowhere.
-  template <typename Dst>
+  // kWhich: 2 both, 0 K alone, 1 V alone.
+  template <int kWhich = 2, typename Dst>
   __device__ __forceinline__ void issue(Dst dst) const {
 #pragma unroll
     for (int ps = 0; ps < kPasses; ++ps) {
       const bool valid = blk[ps] >= 0;
       const size_t o = static_cast<size_t>(static_cast<uint32_t>(max(blk[ps], 0))) * block_bytes + off[ps];
 #pragma unroll
-      for (int kv = 0; kv < 2; ++kv)
+      for (int kv = kWhich == 1 ? 1 : 0; kv < (kWhich == 0 ? 1 : 2); ++kv)
 #pragma unroll
         for (int j = 0; j < kRun; ++j)
           cp_async_16(dst(ps * kKeysPerPass, key, chunk + kTpr * j, kv), (kv ? v_src : k_src) + o + 16 * kTpr * j,
                       valid);
-    }
-  }
-  // The same for K alone (kv 0) or V alone (1).
-  template <int kv, typename Dst>
-  __device__ __forceinline__ void issue_one(Dst dst) const {
-#pragma unroll
-    for (int ps = 0; ps < kPasses; ++ps) {
-      const bool valid = blk[ps] >= 0;
-      const size_t o = static_cast<size_t>(static_cast<uint32_t>(max(blk[ps], 0))) * block_bytes + off[ps];
-#pragma unroll
-      for (int j = 0; j < kRun; ++j)
-        cp_async_16(dst(ps * kKeysPerPass, key, chunk + kTpr * j, kv), (kv ? v_src : k_src) + o + 16 * kTpr * j, valid);
     }
   }
   // INT8 K/V: the per-(slot, head) scales of the same tile into k_dst[key] and v_dst[key], 0

@@ -212,28 +212,16 @@ struct WgRows {
 
 // Copies key tile t (kKeys keys from t_begin + t * kKeys) of K and V into ring stage `stage`
 // through loader ld (64-key tiles, called in order).
-template <int D, int kKeys, typename Loader>
+// kWhich: 2 K and V, 0 K alone, 1 V alone.
+template <int D, int kKeys, int kWhich = 2, typename Loader>
 __device__ __forceinline__ void issue_tile(Loader& ld, uint8_t* s_kv, int stage) {
   constexpr uint32_t kTileBytes = kKeys * D * 2;
 #pragma unroll
   for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
     ld.load_ids();
-    ld.issue([&](int k0, int key, int c, int kv) {
+    ld.template issue<kWhich>([&](int k0, int key, int c, int kv) {
       const int r = sub * kTileKeys + k0 + key;
       return s_kv + (stage * 2 + kv) * kTileBytes + wg::swizzled_offset(kKeys, r, c);
-    });
-  }
-}
-// K (kv 0) or V (1) alone of the tile, as issue_tile.
-template <int D, int kKeys, int kv, typename Loader>
-__device__ __forceinline__ void issue_tile_one(Loader& ld, uint8_t* s_kv, int stage) {
-  constexpr uint32_t kTileBytes = kKeys * D * 2;
-#pragma unroll
-  for (int sub = 0; sub < kKeys / kTileKeys; ++sub) {
-    ld.load_ids();
-    ld.template issue_one<kv>([&](int k0, int key, int c, int kv_) {
-      const int r = sub * kTileKeys + k0 + key;
-      return s_kv + (stage * 2 + kv_) * kTileBytes + wg::swizzled_offset(kKeys, r, c);
     });
   }
 }
@@ -461,8 +449,8 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
           wg::mbar_arrive(my_full + 8 * ((t - 1) % kStages));
         }
         if (t >= kStages) wg::mbar_wait(my_empty + 8 * stage, (t / kStages - 1) & 1);
-        if (half) issue_tile_one<D, kKeys, 1>(ld, s_kv, stage);
-        else issue_tile_one<D, kKeys, 0>(ld, s_kv, stage);
+        if (half) issue_tile<D, kKeys, 1>(ld, s_kv, stage);
+        else issue_tile<D, kKeys, 0>(ld, s_kv, stage);
         cp_async_commit();
       }
       if (n_tiles > 0) {
