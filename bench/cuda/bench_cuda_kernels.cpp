@@ -395,6 +395,19 @@ std::vector<int> mixed_lens(int n, int lo, int hi) {
   return lens;
 }
 
+// Times kind on a (its workspace allocated here) and reports the K/V bytes read per second.
+void report_decode(cudaStream_t s, int sms, double copy_gbs, size_t read_bytes, const PagedAttnArgs& a,
+                   AttnKernel kind, const std::string& name) {
+  const size_t ws_bytes = attention_workspace_bytes(a, kind, sms);
+  void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
+  const double ms = time_graph(s, 10, 9, [&](int) { CK(launch_paged_attention(a, kind, ws, ws_bytes, sms, s)); });
+  if (ws) CK(cudaFree(ws));
+  const double gbs = 2.0 * read_bytes / (ms * 1e-3) / 1e9;
+  char note[96];
+  std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
+  result("decode-attn", name, gbs, "GB/s", note);
+}
+
 void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
   const int H = 32, KV = 8, D = 128, bs = 16;
   // seq_len: every sequence's length, or (mixed) the bound over lengths 1000..2000: a decode
@@ -423,33 +436,51 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
         const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
         void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
         // A configuration this build does not instantiate fails its launch up front.
-        if (launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s) != cudaSuccess) {
-          (void)cudaGetLastError();
-          CK(cudaStreamSynchronize(s));
+        const cudaError_t probe = launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s);
+        if (probe != cudaSuccess) (void)cudaGetLastError();
+        CK(cudaStreamSynchronize(s));
+        if (ws) CK(cudaFree(ws));
+        if (probe != cudaSuccess) {
           std::printf("SKIP|decode-attn|%s|not built\n", name.c_str());
-          if (ws) CK(cudaFree(ws));
           continue;
         }
-        const double ms = time_graph(s, 10, 9, [&](int) {
-          CK(launch_paged_attention(a, AttnKernel::Decode, ws, ws_bytes, sms, s));
-        });
-        if (ws) CK(cudaFree(ws));
-        const double gbs = 2.0 * ps.read_bytes / (ms * 1e-3) / 1e9;
-        char note[96];
-        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
-        result("decode-attn", name, gbs, "GB/s", note);
+        report_decode(s, sms, copy_gbs, ps.read_bytes, a, AttnKernel::Decode, name);
       }
       if (kv == DType::I8) {  // the fallback kernel, INT8's only one before session 10
-        const PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
-        const double ms = time_graph(s, 10, 9, [&](int) { CK(launch_paged_attention(a, AttnKernel::Simple, nullptr, 0, sms, s)); });
-        const double gbs = 2.0 * ps.read_bytes / (ms * 1e-3) / 1e9;
-        char note[96];
-        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy", ms * 1e3, 100.0 * gbs / copy_gbs);
-        result("decode-attn", "ember paged i8 b" + std::to_string(batch) + " fallback (simple) kernel", gbs, "GB/s", note);
+        report_decode(s, sms, copy_gbs, ps.read_bytes, ps.args(q, out, 1, seq_len, H, KV, D, bs), AttnKernel::Simple,
+                      "ember paged i8 b" + std::to_string(batch) + " fallback (simple) kernel");
       }
     }
     CK(cudaFree(q));
     CK(cudaFree(out));
+  }
+  // head_dim 256 (Gemma 3 4B: 8 heads, 4 KV heads): decode rows on the wgmma kernel (Auto's
+  // pick, mode 3; mode 0 beside it), split over the key range where the blocks are few (and,
+  // "unsplit", one block per K/V head walking all its keys).
+  if (wgmma_prefill_available(0)) {
+    const int H2 = 8, KV2 = 4, D2 = 256;
+    for (const Shape sh : {Shape{1, 4096, false}, Shape{32, 4096, false}}) {
+      auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(sh.batch) * H2 * D2 * 4));
+      auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(sh.batch) * H2 * D2 * 4));
+      CK(launch_fill_random(DType::F32, q, int64_t{sh.batch} * H2 * D2, 7, -2.0f, 2.0f, s));
+      const PagedSetup ps(sh.batch, sh.seq_len, 1, KV2, D2, bs, s);
+      struct Cfg { int mode, splits; };
+      for (const Cfg cfg : {Cfg{3, 0}, Cfg{3, 1}, Cfg{3, 8}, Cfg{3, 32}, Cfg{3, 64}, Cfg{0, 0}, Cfg{0, 1}}) {
+        PagedAttnArgs a = ps.args(q, out, 1, sh.seq_len, H2, KV2, D2, bs);
+        a.wgmma = true;
+        a.prefill_mode = cfg.mode;
+        a.splits = cfg.splits;
+        report_decode(s, sms, copy_gbs, ps.read_bytes, a, AttnKernel::PrefillWgmma,
+                      "ember paged bf16 b" + std::to_string(sh.batch) + " s" + std::to_string(sh.seq_len) +
+                          " h8/kv4 d256 wgmma mode " + std::to_string(cfg.mode) +
+                          (cfg.splits == 1 ? std::string(" unsplit")
+                           : cfg.splits    ? " splits=" + std::to_string(cfg.splits)
+                                           : std::string(" splits=auto")) +
+                          (cfg.mode == 3 && cfg.splits == 0 ? " (default)" : ""));
+      }
+      CK(cudaFree(q));
+      CK(cudaFree(out));
+    }
   }
 }
 

@@ -372,6 +372,17 @@ TEST(CudaAttention, WgmmaHeadDim256) {
   const RunList runs = {{kAuto}, {kWgmma, 0, 0, 0, 64, 0}, {kWgmma, 0, 0, 0, 64, 3}, {kSimple}};
   check(AttnCase{8, 2, 256, 16, DType::BF16, {{1, 1}, {1, 300}, {3, 40}, {150, 421}, {4, 1000}, {200, 200}}}, runs, 48);
   check(AttnCase{4, 1, 256, 7, DType::F16, {{1, 77}, {70, 70}, {129, 500}}, 64, 50.0f}, runs, 49);
+  // Decode rows alone: split over the key range (attn_merge_kernel merges), forced counts
+  // (one past the keys of the short sequences: empty partials) and unsplit.
+  const RunList decode_runs = {{kAuto},
+                               {kWgmma, 0, 0, 0, 64, 3},
+                               {kWgmma, 1, 0, 0, 64, 3},
+                               {kWgmma, 7, 0, 0, 64, 3},
+                               {kWgmma, 3, 0, 0, 64, 0},
+                               {kSimple}};
+  check(AttnCase{8, 2, 256, 16, DType::BF16, {{1, 1}, {1, 300}, {1, 1000}, {1, 77}}}, decode_runs, 50);
+  check(AttnCase{8, 1, 256, 16, DType::BF16, {{2, 2000}, {1, 64}, {2, 129}}}, decode_runs, 51);
+  check(AttnCase{4, 1, 256, 7, DType::F16, {{1, 700}, {1, 129}, {3, 64}}, 64, 50.0f}, decode_runs, 52);
 }
 
 // FP8 K/V (e4m3, e5m2; unit scale as the CPU cache stores it without scales): every kernel on

@@ -440,6 +440,25 @@ void plan_decode(const PagedAttnArgs& a, int num_sms, int* row_tiles, int* split
   plan_decode_at(a, *stages, num_sms, row_tiles, splits, split_len);
 }
 
+// head_dim 256 decode rows (<= kDecodeRows a sequence and K/V head) take the wgmma kernel, one
+// block an SM (its 192 KiB): key-range splits so that the launch covers the SMs about once,
+// each at least 4 tiles long, merged by attn_merge_kernel (a.splits > 0 forces a count). A
+// batch-1 step of 4 K/V heads over 4096 keys walked its keys on 4 SMs (H200, session 15:
+// 239 GB/s); batches of blocks >= the SMs are not split.
+bool wgmma_decode_rows(const PagedAttnArgs& a) {
+  return a.head_dim == 256 && a.max_new * (a.n_heads / a.n_kv_heads) <= kDecodeRows;
+}
+void plan_wgmma_decode(const PagedAttnArgs& a, int num_sms, int* splits, int* split_len) {
+  const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads);
+  const int max_kv = std::max(1, a.max_kv);
+  const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
+  int s = a.splits > 0 ? a.splits : num_sms / base;
+  s = std::clamp(s, 1, a.splits > 0 ? tiles : std::max(1, tiles / 4));
+  const int len = (tiles + s - 1) / s * kTileKeys;
+  *split_len = len;
+  *splits = (max_kv + len - 1) / len;
+}
+
 }  // namespace
 
 bool cuda_kv_dtype_supported(DType t) {
@@ -490,9 +509,9 @@ bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms) {
 
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
-  if (kind != AttnKernel::Decode) return 0;
-  int row_tiles, splits, split_len, stages;
-  plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
+  int row_tiles = 1, splits = 1, split_len, stages;
+  if (kind == AttnKernel::PrefillWgmma && wgmma_decode_rows(a)) plan_wgmma_decode(a, num_sms, &splits, &split_len);
+  else if (kind == AttnKernel::Decode) plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
   if (splits == 1) return 0;
   const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * row_tiles * splits;
   return parts * kDecodeRows * (static_cast<size_t>(a.head_dim) + 1) * sizeof(float);
@@ -519,9 +538,19 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
     const int keys = d256 || a.kv_type == DType::I8 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;
-    const dim3 grid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
+    if (wgmma_decode_rows(a)) plan_wgmma_decode(a, num_sms, &L.splits, &L.split_len);
+    if (L.splits > 1) {
+      if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return cudaErrorInvalidValue;
+      const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.splits;
+      L.part_o = static_cast<float*>(workspace);
+      L.part_lse = L.part_o + parts * kDecodeRows * a.head_dim;
+    }
+    const dim3 grid(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(a.n_kv_heads),
                     static_cast<unsigned>(a.n_launch_seqs));
-    return launch_prefill_wgmma(L, keys, mode, grid, stream);
+    const cudaError_t e = launch_prefill_wgmma(L, keys, mode, grid, stream);
+    if (e != cudaSuccess || L.splits == 1) return e;
+    return launch_kernel(attn_merge_kernel, dim3(1, static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.n_launch_seqs)),
+                         dim3(256), 0, stream, a.pdl, L);
   }
   if (!attention_mma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Prefill) {

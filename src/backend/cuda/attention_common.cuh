@@ -469,6 +469,31 @@ __device__ __forceinline__ void store_prefill_rows(const PagedAttnArgs& a, int q
   }
 }
 
+// The end of a key-range split of decode rows on the wgmma kernels (rows < kDecodeRows): this
+// lane's rows r_a, r_a + 8 as the split's partial, O / l and log2-sum-exp m + log2(l), in the
+// layout finish_decode_rows writes for attn_merge_kernel.   o[D / 8][4] (C fragments)
+template <int D>
+__device__ __forceinline__ void store_split_rows(const Launch& L, const AttnSpan& sp, int r_a, int lane,
+                                                 const float (&o)[D / 8][4], float m_a, float m_b, float l_a,
+                                                 float l_b) {
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r_a + 8 * half;
+    if (r >= sp.n_rows) continue;
+    const float l = half ? l_b : l_a, m = half ? m_b : m_a;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float* dst = L.part_o + (sp.part * kDecodeRows + r) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
+    if ((lane & 3) == 0) L.part_lse[sp.part * kDecodeRows + r] = l > 0.0f ? m + log2f(l) : -INFINITY;
+  }
+}
+
 // Completes this lane's row sums over its quad and stores the warp's softmax state for the
 // block's merge.   s_m, s_l [kDecodeWarps][16]
 __device__ __forceinline__ void store_warp_state(float* s_m, float* s_l, int warp, int lane, float m_a, float m_b,

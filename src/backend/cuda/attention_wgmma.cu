@@ -318,7 +318,8 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
   pdl_wait();
   pdl_launch_dependents();
   AttnSpan sp;
-  if (!attn_span<false, kRows>(L, sp)) return;
+  // (decode rows split over the key range: L.splits > 1, one row tile; launch_paged_attention)
+  if (!(L.splits > 1 ? attn_span<true, kRows>(L, sp) : attn_span<false, kRows>(L, sp))) return;
   const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
   // Two 16-byte chunks per thread and row of a 64-key loader tile (kRun 2).
   KvTileLoader<D * 2, kThreads, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
@@ -343,7 +344,8 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
     const int key0 = sp.t_begin + t * kKeys;
     if (w.sees(key0, L.a.window)) w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
   }
-  store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+  if (L.splits > 1) store_split_rows<D>(L, sp, w.r_a, threadIdx.x % 32, w.o, w.m_a, w.m_b, w.l_a, w.l_b);
+  else store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
 #endif
@@ -391,7 +393,8 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   pdl_wait();
   pdl_launch_dependents();
   AttnSpan sp;
-  if (!attn_span<false, kRows>(L, sp)) return;
+  // (decode rows split over the key range: L.splits > 1, one row tile; launch_paged_attention)
+  if (!(L.splits > 1 ? attn_span<true, kRows>(L, sp) : attn_span<false, kRows>(L, sp))) return;
   const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -505,7 +508,8 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
         wg::mbar_arrive(empty + 8 * stage);
       }
     }
-    store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+    if (L.splits > 1) store_split_rows<D>(L, sp, w.r_a, threadIdx.x % 32, w.o, w.m_a, w.m_b, w.l_a, w.l_b);
+    else store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
   }
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
