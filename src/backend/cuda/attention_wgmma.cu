@@ -360,6 +360,11 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
 // (FP8: the producer also widens the tiles and spilled at 40; 56 / 224.)
 constexpr int producer_regs(bool fp8) { return fp8 ? 56 : 40; }
 constexpr int consumer_regs(int wgs, bool fp8) { return wgs == 2 ? (fp8 ? 224 : 232) : 152; }
+// setmaxnreg.inc takes registers from the block's own pool (PTX ISA: it blocks until the pool
+// has enough), which holds the launch's allocation (65536 over the threads, in multiples of
+// 8): a split past it makes the consumers wait forever (a one-byte head_dim 256 build at
+// 64 / 224, past this bound, hung on the H200 in session 15).
+constexpr int launch_regs(int threads) { return 65536 / threads / 8 * 8; }
 // kFp8 (kKvE4M3 / kKvE5M2 / kKvI8; T = __half): the producer copies the bytes into two raw
 // buffers and widens each landed tile (FP8 exactly; INT8 times its scales) into the 16-bit stage
 // the consumers read. INT8: the thread of a key's chunk 0 copies its scales into one of three
@@ -372,7 +377,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   constexpr int kRows = kWg * 64;
   constexpr bool kIsFp8 = kFp8 != kKvNative;
   constexpr int kProducerRegs = producer_regs(kIsFp8), kConsumerRegs = consumer_regs(kWg, kIsFp8);
-  static_assert(kWg * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
+  static_assert(kWg * 128 * kConsumerRegs + 128 * kProducerRegs <= (kWg + 1) * 128 * launch_regs((kWg + 1) * 128));
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
   // The 16-bit producer publishes tile t - 1 only after issuing tile t, which waits for the
