@@ -145,8 +145,9 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // next kernel's blocks become resident while this one still waits for its own predecessor.
 // Safe for every kernel the backend launches, since none touches memory another kernel writes
 // before its pdl_wait(); it pays where the next kernel is a GEMV that streams weights before
-// its wait and this one is short and latency-bound (a decode step's norm or attention): those
-// weights then arrive during this kernel instead of after it.
+// its wait and this one is short and latency-bound (a batch-1 decode step's attention): those
+// weights then arrive during this kernel instead of after it. (Not after the norms before a
+// BF16 GEMV: measured slower, see cuda_backend_impl.h pdl_early_.)
 __device__ __forceinline__ void pdl_enter(bool release_early) {
   if (release_early) pdl_launch_dependents();
   pdl_wait();
