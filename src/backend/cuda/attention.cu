@@ -459,6 +459,30 @@ void plan_wgmma_decode(const PagedAttnArgs& a, int num_sms, int* splits, int* sp
   *splits = (max_kv + len - 1) / len;
 }
 
+// A split launch's partials in the workspace (L.splits > 1): O [parts][kDecodeRows][head_dim],
+// then the log2-sum-exps [parts][kDecodeRows]; false when the workspace is too small.
+bool use_split_workspace(Launch& L, void* workspace, size_t workspace_bytes, int num_sms, AttnKernel kind) {
+  const PagedAttnArgs& a = L.a;
+  if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return false;
+  const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.row_tiles * L.splits;
+  L.part_o = static_cast<float*>(workspace);
+  L.part_lse = L.part_o + parts * kDecodeRows * a.head_dim;
+  return true;
+}
+
+// The grid of a launch over every (row tile, split), K/V head and sequence, and the merge of
+// the splits after it (a no-op without splits).
+dim3 split_grid(const Launch& L) {
+  return dim3(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(L.a.n_kv_heads),
+              static_cast<unsigned>(L.a.n_launch_seqs));
+}
+cudaError_t merge_splits(const Launch& L, cudaStream_t stream) {
+  if (L.splits == 1) return cudaSuccess;
+  const dim3 mgrid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(L.a.n_kv_heads),
+                   static_cast<unsigned>(L.a.n_launch_seqs));
+  return launch_kernel(attn_merge_kernel, mgrid, dim3(256), 0, stream, L.a.pdl, L);
+}
+
 }  // namespace
 
 bool cuda_kv_dtype_supported(DType t) {
@@ -539,18 +563,9 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;
     if (wgmma_decode_rows(a)) plan_wgmma_decode(a, num_sms, &L.splits, &L.split_len);
-    if (L.splits > 1) {
-      if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return cudaErrorInvalidValue;
-      const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.splits;
-      L.part_o = static_cast<float*>(workspace);
-      L.part_lse = L.part_o + parts * kDecodeRows * a.head_dim;
-    }
-    const dim3 grid(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(a.n_kv_heads),
-                    static_cast<unsigned>(a.n_launch_seqs));
-    const cudaError_t e = launch_prefill_wgmma(L, keys, mode, grid, stream);
-    if (e != cudaSuccess || L.splits == 1) return e;
-    return launch_kernel(attn_merge_kernel, dim3(1, static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.n_launch_seqs)),
-                         dim3(256), 0, stream, a.pdl, L);
+    if (L.splits > 1 && !use_split_workspace(L, workspace, workspace_bytes, num_sms, kind)) return cudaErrorInvalidValue;
+    const cudaError_t e = launch_prefill_wgmma(L, keys, mode, split_grid(L), stream);
+    return e != cudaSuccess ? e : merge_splits(L, stream);
   }
   if (!attention_mma_supported(a.kv_type, a.head_dim)) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Prefill) {
@@ -564,19 +579,9 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   int stages;
   plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len, &stages);
   if (a.rope.active && !attention_decode_takes_rope(a, num_sms)) return cudaErrorInvalidValue;
-  if (L.splits > 1) {
-    if (workspace_bytes < attention_workspace_bytes(a, kind, num_sms)) return cudaErrorInvalidValue;
-    const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * L.row_tiles * L.splits;
-    L.part_o = static_cast<float*>(workspace);
-    L.part_lse = L.part_o + parts * kDecodeRows * a.head_dim;
-  }
-  const dim3 grid(static_cast<unsigned>(L.row_tiles * L.splits), static_cast<unsigned>(a.n_kv_heads),
-                  static_cast<unsigned>(a.n_launch_seqs));
-  cudaError_t e = launch_mma_any(L, true, kDecodeWarps, stages, grid, stream);
-  if (e != cudaSuccess || L.splits == 1) return e;
-  const dim3 mgrid(static_cast<unsigned>(L.row_tiles), static_cast<unsigned>(a.n_kv_heads),
-                   static_cast<unsigned>(a.n_launch_seqs));
-  return launch_kernel(attn_merge_kernel, mgrid, dim3(256), 0, stream, a.pdl, L);
+  if (L.splits > 1 && !use_split_workspace(L, workspace, workspace_bytes, num_sms, kind)) return cudaErrorInvalidValue;
+  const cudaError_t e = launch_mma_any(L, true, kDecodeWarps, stages, split_grid(L), stream);
+  return e != cudaSuccess ? e : merge_splits(L, stream);
 }
 
 }  // namespace ember::cuda

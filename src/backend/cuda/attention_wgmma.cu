@@ -300,6 +300,25 @@ __device__ __forceinline__ void load_q_rows64(const Launch& L, const AttnSpan& s
     *reinterpret_cast<uint4*>(s_q + wg::swizzled_offset(q_rows, row_lo + i / kCh, i % kCh)) = v[j];
   }
 }
+// This block's span: decode rows split over the key range (L.splits > 1: one row tile, see
+// launch_paged_attention) or prefill row tiles longest first.
+template <int kRows>
+__device__ __forceinline__ bool wgmma_span(const Launch& L, AttnSpan& sp) {
+  return L.splits > 1 ? attn_span<true, kRows>(L, sp) : attn_span<false, kRows>(L, sp);
+}
+// The end of a consumer: its rows as a split's partial, or normalized into out.
+template <typename T, int D, int kKeys, bool kSoftcap>
+__device__ __forceinline__ void store_rows(const Launch& L, const AttnSpan& sp, const WgRows<T, D, kKeys, kSoftcap>& w) {
+  const int lane = threadIdx.x % 32;
+  if (L.splits > 1) store_split_rows<D>(L, sp, w.r_a, lane, w.o, w.m_a, w.m_b, w.l_a, w.l_b);
+  else store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, lane, w.o, w.l_a, w.l_b);
+}
+// Hands a landed stage to wgmma (the async proxy) and arrives on its "full" barrier: the writer
+// fences, so the consumers do not (a fence costs a MEMBAR.ALL.CTA a warp).
+__device__ __forceinline__ void publish_stage(uint32_t full_bar) {
+  wg::fence_proxy_async();
+  wg::mbar_arrive(full_bar);
+}
 #endif  // EMBER_WGMMA_DEVICE
 
 // Synced kernel: kWg warpgroups of 64 rows, all loading; kStages tiles in the cp.async ring.
@@ -318,8 +337,7 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
   pdl_wait();
   pdl_launch_dependents();
   AttnSpan sp;
-  // (decode rows split over the key range: L.splits > 1, one row tile; launch_paged_attention)
-  if (!(L.splits > 1 ? attn_span<true, kRows>(L, sp) : attn_span<false, kRows>(L, sp))) return;
+  if (!wgmma_span<kRows>(L, sp)) return;
   const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
   // Two 16-byte chunks per thread and row of a 64-key loader tile (kRun 2).
   KvTileLoader<D * 2, kThreads, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
@@ -344,8 +362,7 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
     const int key0 = sp.t_begin + t * kKeys;
     if (w.sees(key0, L.a.window)) w.attend(k_addr, k_addr + kTileBytes, key0, kRows, L.a);
   }
-  if (L.splits > 1) store_split_rows<D>(L, sp, w.r_a, threadIdx.x % 32, w.o, w.m_a, w.m_b, w.l_a, w.l_b);
-  else store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+  store_rows(L, sp, w);
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
 #endif
@@ -398,8 +415,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   pdl_wait();
   pdl_launch_dependents();
   AttnSpan sp;
-  // (decode rows split over the key range: L.splits > 1, one row tile; launch_paged_attention)
-  if (!(L.splits > 1 ? attn_span<true, kRows>(L, sp) : attn_span<false, kRows>(L, sp))) return;
+  if (!wgmma_span<kRows>(L, sp)) return;
   const int n_tiles = (sp.kv_hi - sp.t_begin + kKeys - 1) / kKeys;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -426,8 +442,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
       if constexpr (kFp8 == kKvI8) wg::named_sync(1 + kWg, 128);  // every producer copy of tile u landed
       if (u >= kStages) wg::mbar_wait(empty + 8 * stage, (u / kStages - 1) & 1);
       widen_tile<D, kKeys, kFp8>(ld, raw + (u & 1) * 2 * kKeys * D, s_kv + stage * 2 * kTileBytes, scale_buf(u));
-      wg::fence_proxy_async();
-      wg::mbar_arrive(full + 8 * stage);
+      publish_stage(full + 8 * stage);
     };
     for (int t = 0; t < n_tiles; ++t) {
       issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D, L.a, sp.kh, scale_buf(t));
@@ -453,8 +468,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
         const int stage = t % kStages;
         if (t > 0) {
           cp_async_wait<0>();
-          wg::fence_proxy_async();
-          wg::mbar_arrive(my_full + 8 * ((t - 1) % kStages));
+          publish_stage(my_full + 8 * ((t - 1) % kStages));
         }
         if (t >= kStages) wg::mbar_wait(my_empty + 8 * stage, (t / kStages - 1) & 1);
         if (half) issue_tile<D, kKeys, 1>(ld, s_kv, stage);
@@ -463,15 +477,12 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
       }
       if (n_tiles > 0) {
         cp_async_wait<0>();
-        wg::fence_proxy_async();
-        wg::mbar_arrive(my_full + 8 * ((n_tiles - 1) % kStages));
+        publish_stage(my_full + 8 * ((n_tiles - 1) % kStages));
       }
     } else {
       KvTileLoader<D * 2, 128, 2> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
-      // A tile is published once this thread's copies of it have landed, after the proxy fence
-      // that hands them to the async proxy (wgmma): the writer fences, so the consumers do not
-      // (a fence costs a MEMBAR.ALL.CTA a warp). Waiting on tile t - 1 only after issuing tile
-      // t keeps a tile in flight.
+      // A tile is published once this thread's copies of it have landed (publish_stage).
+      // Waiting on tile t - 1 only after issuing tile t keeps a tile in flight.
       for (int t = 0; t < n_tiles; ++t) {
         const int stage = t % kStages;
         if (t >= kStages) wg::mbar_wait(empty + 8 * stage, (t / kStages - 1) & 1);
@@ -479,14 +490,12 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
         cp_async_commit();
         if (t > 0) {
           cp_async_wait<1>();
-          wg::fence_proxy_async();
-          wg::mbar_arrive(full + 8 * ((t - 1) % kStages));
+          publish_stage(full + 8 * ((t - 1) % kStages));
         }
       }
       if (n_tiles > 0) {
         cp_async_wait<0>();
-        wg::fence_proxy_async();
-        wg::mbar_arrive(full + 8 * ((n_tiles - 1) % kStages));
+        publish_stage(full + 8 * ((n_tiles - 1) % kStages));
       }
     }
   } else {
@@ -513,8 +522,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
         wg::mbar_arrive(empty + 8 * stage);
       }
     }
-    if (L.splits > 1) store_split_rows<D>(L, sp, w.r_a, threadIdx.x % 32, w.o, w.m_a, w.m_b, w.l_a, w.l_b);
-    else store_prefill_rows<D>(L.a, sp.q0, sp.kh, L.group, sp.n_rows, w.r_a, threadIdx.x % 32, w.o, w.l_a, w.l_b);
+    store_rows(L, sp, w);
   }
 #else
   __trap();  // launched only where the sm_90a pass exists (wgmma_prefill_available)
