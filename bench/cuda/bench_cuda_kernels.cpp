@@ -10,6 +10,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/qgemm.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/rows.cuh"
 
@@ -181,6 +182,98 @@ struct PackedGemvData {
     CK(launch_qgemv_multi(f, &seg, 1, x, n, k, /*pdl=*/true, s, path));
   }
 };
+
+// The int4 tensor-core GEMM (qgemm.cuh) at 9-64 rows against what the backend ran there
+// before it, in the same run: the weights dequantized to BF16 64 MiB at a time, each slab a
+// BF16 cuBLASLt GEMM (matmul_packed_large), plus BF16 cuBLASLt on weights already in BF16 (4x
+// the bytes: what bf16 weights cost). GB/s of packed bytes (weights + scales); the GEMV at 8
+// rows as the reference point below the range.
+void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
+  struct Shape { int64_t m, k; const char* what; };
+  const Shape shapes[] = {{4096, 4096, "q/o proj"}, {1024, 4096, "k/v proj"}, {14336, 4096, "gate/up"},
+                          {4096, 14336, "down"}, {128256, 4096, "lm_head"}};
+  constexpr int kMaxN = kQGemmMaxBatch;
+  void* ws = dmalloc(32u << 20);
+  const QFormat f = QFormat::Int4;
+  for (const auto& sh : shapes) {
+    const PackedGemvData data(f, sh.m, sh.k, 2, s);
+    const int copies = data.copies();
+    const int per_graph = std::max(copies * 2, 8);
+    auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.k) * 4));
+    auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.m) * 4));
+    void* xq = dmalloc(qgemm_x_bytes(kMaxN, sh.k));
+    void* xb = dmalloc(static_cast<size_t>(kMaxN * sh.k) * 2);
+    const int64_t slab = std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (sh.k * 2) / 16 * 16),
+                                           (sh.m + 15) / 16 * 16);
+    void* wb = dmalloc(static_cast<size_t>(slab * sh.k) * 2);
+    void* wfull = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);  // one BF16 copy (the k/v shape, 8 MiB, fits L2)
+    CK(launch_fill_random(DType::F32, x, kMaxN * sh.k, 5, -1.0f, 1.0f, s));
+    CK(launch_qweight_dequant(f, data.w[0], sh.m, sh.k, nullptr, 0, sh.m, wfull, true, false, s));
+    const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
+    auto report = [&](const std::string& name, double ms, int n) {
+      const double gbs = data.qbytes / (ms * 1e-3) / 1e9;
+      char note[128];
+      std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f TFLOP/s", ms * 1e3, 100.0 * gbs / copy_gbs,
+                    2.0 * n * sh.m * sh.k / (ms * 1e-3) / 1e12);
+      result("qgemm", name + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
+    };
+    {
+      const double ms = time_graph(s, per_graph, 7, [&](int i) { data.launch(i, f, sh.m, sh.k, 8, false, QGemvPath::Auto, s); });
+      report("ember int4 GEMV", ms, 8);
+    }
+    for (int n : {9, 16, 24, 32, 48, 64}) {
+      const QGemmPlan plan = plan_qgemm(n, sh.m, sh.k, sms);
+      const double ms = time_graph(s, per_graph, 7, [&](int i) {
+        CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
+      });
+      report("ember int4 GEMM (" + std::to_string(plan.splits) + " k slices)", ms, n);
+      if (n != 16 && n != 32 && n != 64) continue;
+      // Other cuts beside the planner's (k slices; at 16 rows the BF16 q * scale fragments
+      // beside the default offset sums), at 16 and 32 rows.
+      for (int splits : {1, 2, 4, 8, 16}) {
+        for (int phase : {2}) {
+          for (bool offset : {true, false}) {
+            if (n == 64 || (!offset && n != 16)) continue;
+            const int units = static_cast<int>(qweight_k_pad(f, sh.k) / kQGroup);
+            if (splits > units) continue;
+            QGemmPlan alt;
+            alt.units = (units + splits - 1) / splits;
+            alt.splits = (units + alt.units - 1) / alt.units;
+            alt.phase = phase;
+            alt.offset_sums = offset;
+            if (alt.splits != splits) continue;
+            const double ms_alt = time_graph(s, per_graph, 5, [&](int i) {
+              CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, alt, xq, /*pdl=*/true, s));
+            });
+            report("ember int4 GEMM cut " + std::to_string(splits) + " slices, phase " + std::to_string(phase) +
+                       (qgemm_exact_weights(alt, n) ? ", offset sums" : ", bf16 q*s"),
+                   ms_alt, n);
+          }
+        }
+      }
+      const double ms_deq = time_graph(s, 4, 5, [&](int i) {
+        CK(launch_convert(DType::F32, x, DType::BF16, xb, n * sh.k, s));
+        for (int64_t r0 = 0; r0 < sh.m; r0 += slab) {
+          const int64_t nr = std::min(slab, sh.m - r0);
+          CK(launch_qweight_dequant(f, data.w[i % copies], sh.m, sh.k, nullptr, r0, nr, wb, true, false, s));
+          const Status st = lt.matmul(DType::BF16, xb, wb, y + r0, n, nr, sh.k, ws, 32u << 20, s, sh.k, sh.k, sh.m);
+          if (!st.is_ok()) {
+            std::fprintf(stderr, "cublasLt: %s\n", st.message().c_str());
+            std::exit(1);
+          }
+        }
+      });
+      report("dequantize + cublasLt bf16 (before)", ms_deq, n);
+      const double ms_bf16 = time_graph(s, 4, 5, [&](int) {
+        const Status st = lt.matmul(DType::BF16, xb, wfull, y, n, sh.m, sh.k, ws, 32u << 20, s);
+        if (!st.is_ok()) std::exit(1);
+      });
+      report("cublasLt bf16 weights (4x bytes)", ms_bf16, n);
+    }
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
+  }
+  CK(cudaFree(ws));
+}
 
 // Packed int4 / fp8 / int8 GEMV (tensor cores, dequantized in registers) at batch 1, 3, 4 and 8,
 // and the gate/up + GLU launch at 1 and 8; GB/s of packed bytes (weights + scales) read. Then the
@@ -732,6 +825,7 @@ int main(int argc, char** argv) {
   const double copy = only == "profile" ? 0.0 : copy_bandwidth(s);
   if (only.empty() || only == "gemv") bench_gemv(s, copy, **lt);
   if (only.empty() || only == "gemv" || only == "qgemv") bench_qgemv(s, copy, **lt);
+  if (only.empty() || only == "qgemm") bench_qgemm(s, copy, **lt, prop.multiProcessorCount);
   if (only == "profile") {
     profile_once(s, prop.multiProcessorCount);
     return 0;

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/nccl_group.h"
+#include "backend/cuda/qgemm.cuh"
 #include "backend/cuda/rows.cuh"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -126,6 +127,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->concurrent_gemms_ = switched_on("EMBER_CUDA_CONCURRENT_GEMMS");
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
+  be->int4_gemm_ = switched_on("EMBER_CUDA_QGEMM");
   be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
@@ -149,7 +151,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (void* p : graveyard_) cudaFree(p);
   for (void* p : weights_) cudaFree(p);
-  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_, &split_})
+  for (Scratch* s : {&meta_, &xconv_, &attn_ws_, &staging_, &step_dev_, &qdeq_, &xq_, &split_, &qgemm_x_})
     if (s->p) cudaFree(s->p);
   if (iota_) cudaFree(iota_);
   if (argmax_dev_) cudaFree(argmax_dev_);
@@ -717,6 +719,15 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
     if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
     return try_defer_gemv(x, w, nullptr, acc, /*accumulate=*/true);
   }
+  if (is_packed(w) && int4_gemm_ && n <= kQGemmMaxBatch &&
+      qgemm_supported(qformat_of(w.dtype), static_cast<int>(n), k, x.data)) {
+    flush();  // x's producer and a pending add into acc land first
+    void* xs = scratch(qgemm_x_, qgemm_x_bytes(static_cast<int>(n), k));
+    EMBER_CUDA_CHECK(launch_qgemm(qformat_of(w.dtype), w.data, m, k, x.as<float>(), static_cast<int>(n), nullptr,
+                                  acc.as<float>(), /*accumulate=*/true,
+                                  plan_qgemm(static_cast<int>(n), m, k, num_sms_), xs, /*pdl=*/true, stream_));
+    return true;
+  }
   if (fp8_large(x, w)) {
     if (!fp8_outer_ok_) return false;
     const Fp8Rows xq = fp8_rows_of(x);
@@ -738,14 +749,22 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,
-// fp8_gemm): int4 and int8 (or FP8 when cuBLASLt declines) dequantized to BF16 a slab
-// of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns. (int8 weights
-// with x quantized to int8 per row through an IMMA GEMM, reading the weights once, is future
-// work.)
+// fp8_gemm): int4 up to kQGemmMaxBatch rows through the int4 tensor-core GEMM (qgemm.cuh,
+// reads the weights once); int4 past that and int8 (or FP8 when cuBLASLt declines)
+// dequantized to BF16 a slab of rows at a time, each slab one BF16 cuBLASLt GEMM into its
+// output columns. (int8 weights with x quantized to int8 per row through an IMMA GEMM, reading
+// the weights once, is future work.)
 void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
   const QFormat f = qformat_of(w.dtype);
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   flush();
+  if (int4_gemm_ && n <= kQGemmMaxBatch && qgemm_supported(f, static_cast<int>(n), k, x.data)) {
+    void* xs = scratch(qgemm_x_, qgemm_x_bytes(static_cast<int>(n), k));
+    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), static_cast<int>(n), bias, out.as<float>(),
+                                  /*accumulate=*/false, plan_qgemm(static_cast<int>(n), m, k, num_sms_), xs,
+                                  /*pdl=*/true, stream_));
+    return;
+  }
   static const size_t kSlabBytes = [] {  // EMBER_CUDA_DEQUANT_SLAB_MB: slab size (experiments)
     const char* v = std::getenv("EMBER_CUDA_DEQUANT_SLAB_MB");
     return (v ? std::max<size_t>(1, std::strtoull(v, nullptr, 10)) : 64) << 20;

@@ -281,6 +281,7 @@ class CudaBackend final : public Backend, public CudaStep {
   PendingGemms pgm_;
   bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output GEMM
   bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
+  bool int4_gemm_ = true;         // EMBER_CUDA_QGEMM=0: int4 past the GEMV dequantized to BF16 (A/B runs)
   // EMBER_CUDA_FOLD_NORM=0: packed GEMVs neither add into a residual nor fold the norm after
   // it in (A/B runs).
   bool fold_norm_ = true;
@@ -318,7 +319,7 @@ class CudaBackend final : public Backend, public CudaStep {
   // accumulate: out += the product. False when the shape does not qualify (nothing launched).
   bool fp8_gemm_split_k(const Fp8Rows& xq, const Tensor& w, const float* bias, Tensor& out, bool accumulate = false);
   Scratch split_;
-  Scratch meta_, xconv_, attn_ws_, staging_, step_dev_, qdeq_, xq_;
+  Scratch meta_, xconv_, attn_ws_, staging_, step_dev_, qdeq_, xq_, qgemm_x_;
   int weight_format_ = -1;  // -1 BF16, else a QFormat
   bool fp8_lt_ok_ = true;   // cuBLASLt took the FP8 GEMM (else dequantized BF16 GEMMs)
   bool fp8_outer_ok_ = true;  // ... with the scales inside it (EMBER_CUDA_FP8_OUTER=0: never)

@@ -91,6 +91,17 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Eight floats as eight BF16 (round to nearest) in one 16-byte chunk, and the sum of such a
+// chunk's values (the int4 kernels' per-group x sums).
+__device__ __forceinline__ uint4 bf16x8(float4 v0, float4 v1) {
+  return make_uint4(pack2<__nv_bfloat16>(v0.x, v0.y), pack2<__nv_bfloat16>(v0.z, v0.w),
+                    pack2<__nv_bfloat16>(v1.x, v1.y), pack2<__nv_bfloat16>(v1.z, v1.w));
+}
+__device__ __forceinline__ float bf16x8_sum(uint4 o) {
+  return bf16_lo(o.x) + bf16_hi(o.x) + bf16_lo(o.y) + bf16_hi(o.y) + bf16_lo(o.z) + bf16_hi(o.z) + bf16_lo(o.w) +
+         bf16_hi(o.w);
+}
+
 // 16-byte load that bypasses L1 allocation: weights are streamed once per GEMV.
 __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   uint4 r;

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ember::cuda {
 
@@ -77,4 +78,27 @@ __device__ __forceinline__ uint32_t i8x2_to_f16x2(uint32_t w) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// mma.m16n8k16 of T (BF16 or F16) operands -> F32 (not volatile: the compiler may schedule it).
+template <typename T = __nv_bfloat16>
+__device__ __forceinline__ void mma_k16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Nibble pair p of an int4 word (the packed layout of qgemv.cuh) as the BF16 pair 136 + q:
+// (w >> 4p) & 0x000f000f | 0x43004300 in one lop3 (written out: the compiler splits the two
+// immediates into two).
+__device__ __forceinline__ uint32_t i4pair(uint32_t w, int p) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w >> (4 * p)), "r"(0x000f000fu), "r"(0x43004300u));
+  return r;
+}
 }  // namespace ember::cuda

@@ -104,28 +104,6 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// mma.m16n8k16 of T (BF16 or F16) operands -> F32 (not volatile: the compiler may schedule it).
-template <typename T = __nv_bfloat16>
-__device__ __forceinline__ void mma_k16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// (w >> 4p) & 0x000f000f | 0x43004300 in one lop3 (written out: the compiler splits the two
-// immediates into two).
-__device__ __forceinline__ uint32_t i4pair(uint32_t w, int p) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w >> (4 * p)), "r"(0x000f000fu), "r"(0x43004300u));
-  return r;
-}
 // e4m3 bytes 0, 2 (p02) and 1, 3 (p13) of w -> BF16 pairs of value * 2^-120.
 __device__ __forceinline__ uint32_t fp8_p02(uint32_t w) {
   return ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u);
@@ -245,12 +223,8 @@ __device__ __forceinline__ void store_chunk(const SArgs& A, uint8_t* smem, float
   constexpr int U = SFmt<F>::kUnit;
   uint4 o;
   if constexpr (F == QFormat::Int4) {
-    o.x = pack2<__nv_bfloat16>(v0.x, v0.y);
-    o.y = pack2<__nv_bfloat16>(v0.z, v0.w);
-    o.z = pack2<__nv_bfloat16>(v1.x, v1.y);
-    o.w = pack2<__nv_bfloat16>(v1.z, v1.w);
-    float sum = bf16_lo(o.x) + bf16_hi(o.x) + bf16_lo(o.y) + bf16_hi(o.y) + bf16_lo(o.z) + bf16_hi(o.z) +
-                bf16_lo(o.w) + bf16_hi(o.w);
+    o = bf16x8(v0, v1);
+    float sum = bf16x8_sum(o);
 #pragma unroll
     for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);  // the unit's 16 chunks
     if (ok && ci == 0) xsum[u * 8 + row] = sum;
