@@ -183,7 +183,7 @@ struct PackedGemvData {
   }
 };
 
-// The int4 tensor-core GEMM (qgemm.cuh) at 9-64 rows against what the backend ran there
+// The int4 / int8 tensor-core GEMM (qgemm.cuh) at 9-64 rows against what the backend ran there
 // before it, in the same run: the weights dequantized to BF16 64 MiB at a time, each slab a
 // BF16 cuBLASLt GEMM (matmul_packed_large), plus BF16 cuBLASLt on weights already in BF16 (4x
 // the bytes: what bf16 weights cost). GB/s of packed bytes (weights + scales); the GEMV at 8
@@ -194,83 +194,85 @@ void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
                           {4096, 14336, "down"}, {128256, 4096, "lm_head"}};
   constexpr int kMaxN = kQGemmMaxBatch;
   void* ws = dmalloc(32u << 20);
-  const QFormat f = QFormat::Int4;
-  for (const auto& sh : shapes) {
-    const PackedGemvData data(f, sh.m, sh.k, 2, s);
-    const int copies = data.copies();
-    const int per_graph = std::max(copies * 2, 8);
-    auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.k) * 4));
-    auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.m) * 4));
-    void* xq = dmalloc(qgemm_x_bytes(kMaxN, sh.k));
-    void* xb = dmalloc(static_cast<size_t>(kMaxN * sh.k) * 2);
-    const int64_t slab = std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (sh.k * 2) / 16 * 16),
-                                           (sh.m + 15) / 16 * 16);
-    void* wb = dmalloc(static_cast<size_t>(slab * sh.k) * 2);
-    void* wfull = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);  // one BF16 copy (the k/v shape, 8 MiB, fits L2)
-    CK(launch_fill_random(DType::F32, x, kMaxN * sh.k, 5, -1.0f, 1.0f, s));
-    CK(launch_qweight_dequant(f, data.w[0], sh.m, sh.k, nullptr, 0, sh.m, wfull, true, false, s));
-    const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
-    auto report = [&](const std::string& name, double ms, int n) {
-      const double gbs = data.qbytes / (ms * 1e-3) / 1e9;
-      char note[128];
-      std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f TFLOP/s", ms * 1e3, 100.0 * gbs / copy_gbs,
-                    2.0 * n * sh.m * sh.k / (ms * 1e-3) / 1e12);
-      result("qgemm", name + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
-    };
-    {
-      const double ms = time_graph(s, per_graph, 7, [&](int i) { data.launch(i, f, sh.m, sh.k, 8, false, QGemvPath::Auto, s); });
-      report("ember int4 GEMV", ms, 8);
-    }
-    for (int n : {9, 16, 24, 32, 48, 64}) {
-      const QGemmPlan plan = plan_qgemm(n, sh.m, sh.k, sms);
-      const double ms = time_graph(s, per_graph, 7, [&](int i) {
-        CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
-      });
-      report("ember int4 GEMM (" + std::to_string(plan.splits) + " k slices)", ms, n);
-      if (n != 16 && n != 32 && n != 64) continue;
-      // Other cuts beside the planner's (k slices; at 16 rows the BF16 q * scale fragments
-      // beside the default offset sums), at 16 and 32 rows.
-      for (int splits : {1, 2, 4, 8, 16}) {
-        for (int phase : {2}) {
-          for (bool offset : {true, false}) {
-            if (n == 64 || (!offset && n != 16)) continue;
-            const int units = static_cast<int>(qweight_k_pad(f, sh.k) / kQGroup);
-            if (splits > units) continue;
-            QGemmPlan alt;
-            alt.units = (units + splits - 1) / splits;
-            alt.splits = (units + alt.units - 1) / alt.units;
-            alt.phase = phase;
-            alt.offset_sums = offset;
-            if (alt.splits != splits) continue;
-            const double ms_alt = time_graph(s, per_graph, 5, [&](int i) {
-              CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, alt, xq, /*pdl=*/true, s));
-            });
-            report("ember int4 GEMM cut " + std::to_string(splits) + " slices, phase " + std::to_string(phase) +
-                       (qgemm_exact_weights(alt, n) ? ", offset sums" : ", bf16 q*s"),
-                   ms_alt, n);
-          }
-        }
+  for (QFormat f : {QFormat::Int4, QFormat::Int8}) {
+    const std::string fname = f == QFormat::Int4 ? "int4" : "int8";
+    for (const auto& sh : shapes) {
+      const PackedGemvData data(f, sh.m, sh.k, 2, s);
+      const int copies = data.copies();
+      const int per_graph = std::max(copies * 2, 8);
+      auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.k) * 4));
+      auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.m) * 4));
+      void* xq = dmalloc(qgemm_x_bytes(f, kMaxN, sh.k));
+      void* xb = dmalloc(static_cast<size_t>(kMaxN * sh.k) * 2);
+      const int64_t slab = std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (sh.k * 2) / 16 * 16),
+                                             (sh.m + 15) / 16 * 16);
+      void* wb = dmalloc(static_cast<size_t>(slab * sh.k) * 2);
+      void* wfull = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);  // one BF16 copy (the k/v shape, 8 MiB, fits L2)
+      CK(launch_fill_random(DType::F32, x, kMaxN * sh.k, 5, -1.0f, 1.0f, s));
+      CK(launch_qweight_dequant(f, data.w[0], sh.m, sh.k, nullptr, 0, sh.m, wfull, true, false, s));
+      const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
+      auto report = [&](const std::string& name, double ms, int n) {
+        const double gbs = data.qbytes / (ms * 1e-3) / 1e9;
+        char note[128];
+        std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy, %.1f TFLOP/s", ms * 1e3, 100.0 * gbs / copy_gbs,
+                      2.0 * n * sh.m * sh.k / (ms * 1e-3) / 1e12);
+        result("qgemm", name + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
+      };
+      {
+        const double ms = time_graph(s, per_graph, 7, [&](int i) { data.launch(i, f, sh.m, sh.k, 8, false, QGemvPath::Auto, s); });
+        report("ember " + fname + " GEMV", ms, 8);
       }
-      const double ms_deq = time_graph(s, 4, 5, [&](int i) {
-        CK(launch_convert(DType::F32, x, DType::BF16, xb, n * sh.k, s));
-        for (int64_t r0 = 0; r0 < sh.m; r0 += slab) {
-          const int64_t nr = std::min(slab, sh.m - r0);
-          CK(launch_qweight_dequant(f, data.w[i % copies], sh.m, sh.k, nullptr, r0, nr, wb, true, false, s));
-          const Status st = lt.matmul(DType::BF16, xb, wb, y + r0, n, nr, sh.k, ws, 32u << 20, s, sh.k, sh.k, sh.m);
-          if (!st.is_ok()) {
-            std::fprintf(stderr, "cublasLt: %s\n", st.message().c_str());
-            std::exit(1);
+      for (int n : {9, 16, 24, 32, 48, 64}) {
+        const QGemmPlan plan = plan_qgemm(f, n, sh.m, sh.k, sms);
+        const double ms = time_graph(s, per_graph, 7, [&](int i) {
+          CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
+        });
+        report("ember " + fname + " GEMM (" + std::to_string(plan.splits) + " k slices)", ms, n);
+        if (n != 16 && n != 32 && n != 64) continue;
+        // Other cuts beside the planner's (k slices; at 16 rows the BF16 q * scale fragments
+        // beside the default offset sums), at 16 and 32 rows.
+        for (int splits : {1, 2, 4, 8, 16}) {
+          for (int phase : {2}) {
+            for (bool offset : {true, false}) {
+              if (n == 64 || (!offset && n != 16) || f != QFormat::Int4) continue;
+              const int units = static_cast<int>(qweight_k_pad(f, sh.k) / qformat_unit(f));
+              if (splits > units) continue;
+              QGemmPlan alt;
+              alt.units = (units + splits - 1) / splits;
+              alt.splits = (units + alt.units - 1) / alt.units;
+              alt.phase = phase;
+              alt.offset_sums = offset;
+              if (alt.splits != splits) continue;
+              const double ms_alt = time_graph(s, per_graph, 5, [&](int i) {
+                CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, alt, xq, /*pdl=*/true, s));
+              });
+              report("ember " + fname + " GEMM cut " + std::to_string(splits) + " slices, phase " + std::to_string(phase) +
+                         (qgemm_exact_weights(f, alt, n) ? ", offset sums" : ", bf16 q*s"),
+                     ms_alt, n);
+            }
           }
         }
-      });
-      report("dequantize + cublasLt bf16 (before)", ms_deq, n);
-      const double ms_bf16 = time_graph(s, 4, 5, [&](int) {
-        const Status st = lt.matmul(DType::BF16, xb, wfull, y, n, sh.m, sh.k, ws, 32u << 20, s);
-        if (!st.is_ok()) std::exit(1);
-      });
-      report("cublasLt bf16 weights (4x bytes)", ms_bf16, n);
+        const double ms_deq = time_graph(s, 4, 5, [&](int i) {
+          CK(launch_convert(DType::F32, x, DType::BF16, xb, n * sh.k, s));
+          for (int64_t r0 = 0; r0 < sh.m; r0 += slab) {
+            const int64_t nr = std::min(slab, sh.m - r0);
+            CK(launch_qweight_dequant(f, data.w[i % copies], sh.m, sh.k, nullptr, r0, nr, wb, true, false, s));
+            const Status st = lt.matmul(DType::BF16, xb, wb, y + r0, n, nr, sh.k, ws, 32u << 20, s, sh.k, sh.k, sh.m);
+            if (!st.is_ok()) {
+              std::fprintf(stderr, "cublasLt: %s\n", st.message().c_str());
+              std::exit(1);
+            }
+          }
+        });
+        report("dequantize + cublasLt bf16 (before)", ms_deq, n);
+        const double ms_bf16 = time_graph(s, 4, 5, [&](int) {
+          const Status st = lt.matmul(DType::BF16, xb, wfull, y, n, sh.m, sh.k, ws, 32u << 20, s);
+          if (!st.is_ok()) std::exit(1);
+        });
+        report("cublasLt bf16 weights (4x bytes)", ms_bf16, n);
+      }
+      for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
     }
-    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
   }
   CK(cudaFree(ws));
 }

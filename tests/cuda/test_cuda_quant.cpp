@@ -230,8 +230,8 @@ TEST(CudaQuant, MatmulGemvAndLargeBatch) {
       const auto ref = reference(xs, p.dec, c.bias ? bs.data() : nullptr, c.n, c.m, c.k, true,
                                  gemv ? gemv_x(f) : DType::BF16);
       // GEMV: BF16 x (int8: F16); int4 / int8 GEMM: BF16 x and BF16 dequantized weights above 8
-      // rows (the int4 GEMM of 9-64 rows as the BF16 GEMM past it); the FP8 GEMM quantizes x to
-      // e4m3 per row (3 mantissa bits).
+      // rows (the packed GEMM of 9-64 rows: int8 F16 x, exact or BF16 weights); the FP8 GEMM
+      // quantizes x to e4m3 per row (3 mantissa bits).
       const bool fp8_gemm = std::string(f) == "fp8" && !gemv;
       const double e = rel(got, ref);
       // The GEMV is exact but for F32 summation; the int4 / int8 GEMM rounds dequantized weights
@@ -401,7 +401,8 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
   const Case cases[] = {{"fp8", 136, 520, 24, true},  {"fp8", 136, 520, 700, true}, {"fp8", 72, 8200, 252, true},
                         {"fp8", 72, 8200, 600, true}, {"fp8", 136, 520, 3, true},   {"bf16", 136, 520, 24, true},
                         {"bf16", 136, 520, 3, false}, {"int4", 136, 520, 8, true},  {"int8", 72, 4096, 1, true},
-                        {"bf16", 72, 4096, 4, false}, {"int4", 136, 520, 24, true}, {"int4", 136, 520, 65, false}};
+                        {"bf16", 72, 4096, 4, false}, {"int4", 136, 520, 24, true}, {"int4", 136, 520, 65, false},
+                        {"int8", 72, 4096, 40, true}};
   uint32_t seed = 1200;
   for (const Case& c : cases) {
     const Tensor w = gpu_weight(c.format, c.m, c.k, seed++);
@@ -693,75 +694,79 @@ TEST(CudaQuant, GemvKernelsEachMatchReference) {
   }
 }
 
-// The int4 tensor-core GEMM (qgemm.cuh) against a product of x rounded to BF16 and the decoded
-// weights, exact or rounded to BF16 as the plan multiplies them (what is left is F32
-// summation order): each n8 tile count (n 1-64), k slices forced to 1, 2, 3 and the planner's
-// choice (cluster sums in slice order; 9-16 slices are non-portable cluster sizes), both
-// weight paths at <= 16 rows, phases of 1 and 2 units and as many as fit, rows past a 128-row
-// block, bias, and accumulate into a random output; outputs poisoned with NaN otherwise.
-TEST(CudaQuant, Int4GemmMatchesReference) {
+// The packed tensor-core GEMM (qgemm.cuh), int4 and int8, against a product of x rounded as the
+// kernel rounds it (BF16; int8 F16) and the decoded weights, exact or rounded to BF16 as the
+// plan multiplies them (what is left is F32 summation order): each n8 tile count (n 1-64), k
+// slices forced to 1, 2, 3, 16 and the planner's choice (cluster sums in slice order; 9-16 slices
+// are non-portable cluster sizes), both int4 weight paths at <= 16 rows, phases of 1 and 2 units
+// and as many as fit, rows past a 128-row block, bias, and accumulate into a random output;
+// outputs poisoned with NaN otherwise.
+TEST(CudaQuant, PackedGemmMatchesReference) {
   SKIP_WITHOUT_GPU();
   struct Case {
     int64_t m, k;
     int n;
   };
-  const Case cases[] = {{37, 200, 9},   {130, 1032, 16}, {301, 520, 17},  {260, 4104, 32},
-                        {16, 64, 33},   {129, 3000, 64}, {1000, 264, 5},  {77, 13000, 40},
-                        {200, 2504, 12}};
+  const Case cases[] = {{37, 200, 9},   {130, 1032, 16}, {301, 520, 17},  {260, 4104, 32}, {16, 64, 33},
+                        {129, 3000, 64}, {1000, 264, 5}, {77, 13000, 40}, {200, 2504, 12}};
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   uint32_t seed = 1700;
-  for (const Case& c : cases) {
-    Packed p = make_packed("int4", c.m, c.k, seed++);
-    std::vector<float> wb(p.dec.size());
-    for (size_t i = 0; i < wb.size(); ++i) wb[i] = cuda_test::round_to(DType::BF16, p.dec[i]);
-    const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++, -2.0f, 1.5f);
-    const auto bs = random_floats(static_cast<size_t>(c.m), seed++);
-    const auto acc0 = random_floats(static_cast<size_t>(c.n * c.m), seed++, -4.0f, 4.0f);
-    auto x = dev_floats(xs, {c.n, c.k});
-    auto bias = dev_floats(bs, {c.m});
-    const auto ref_bf16 = reference(xs, wb, bs.data(), c.n, c.m, c.k, true, DType::BF16);
-    const auto ref_exact = reference(xs, p.dec, bs.data(), c.n, c.m, c.k, true, DType::BF16);
-    auto xq = dev_tensor(DType::I8, {static_cast<int64_t>(cuda::qgemm_x_bytes(c.n, c.k))});
-    const int units = static_cast<int>(cuda::qweight_k_pad(cuda::QFormat::Int4, c.k) / cuda::kQGroup);
-    std::vector<cuda::QGemmPlan> plans{cuda::plan_qgemm(c.n, c.m, c.k, sms)};
-    int variant = 0;
-    for (int splits : {1, 2, 3, 16}) {
-      if (splits > units) continue;
-      cuda::QGemmPlan pl;
-      pl.units = (units + splits - 1) / splits;
-      pl.splits = (units + pl.units - 1) / pl.units;
-      pl.phase = variant % 3;  // 0 (as many as fit), 1, 2
-      pl.offset_sums = variant % 2 == 0;
-      ++variant;
-      plans.push_back(pl);
-    }
-    for (const cuda::QGemmPlan& pl : plans) {
-      const bool exact = cuda::qgemm_exact_weights(pl, c.n);
-      EXPECT_EQ(exact, pl.offset_sums && c.n <= 16);
-      for (bool accumulate : {false, true}) {
-        auto out = accumulate ? dev_floats(acc0, {c.n, c.m}) : dev_tensor(DType::F32, {c.n, c.m});
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_EQ(cuda::launch_qgemm(cuda::QFormat::Int4, p.t.data, c.m, c.k, static_cast<const float*>(x.t.data), c.n,
-                                     static_cast<const float*>(bias.t.data), static_cast<float*>(out.t.data), accumulate,
-                                     pl, xq.t.data, /*pdl=*/false, nullptr),
-                  cudaSuccess);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        std::vector<double> want = exact ? ref_exact : ref_bf16;
-        if (accumulate)
-          for (size_t i = 0; i < want.size(); ++i) want[i] += acc0[i];
-        // (exact weights: 136 + q times x summed in F32 before 136 * sum(x) comes off, as the
-        // GEMV, whose tests take 1e-4)
-        EXPECT_LE(rel(download_floats(out.t), want), exact ? 1e-4 : 4e-5)
-            << "m " << c.m << " k " << c.k << " n " << c.n << " splits " << pl.splits << " units " << pl.units
-            << " phase " << pl.phase << (exact ? " exact" : " bf16") << (accumulate ? " accumulate" : "");
+  for (const char* fmt : {"int4", "int8"}) {
+    const cuda::QFormat f = qformat(fmt);
+    for (const Case& c : cases) {
+      Packed p = make_packed(fmt, c.m, c.k, seed++);
+      std::vector<float> wb(p.dec.size());
+      for (size_t i = 0; i < wb.size(); ++i) wb[i] = cuda_test::round_to(DType::BF16, p.dec[i]);
+      const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++, -2.0f, 1.5f);
+      const auto bs = random_floats(static_cast<size_t>(c.m), seed++);
+      const auto acc0 = random_floats(static_cast<size_t>(c.n * c.m), seed++, -4.0f, 4.0f);
+      auto x = dev_floats(xs, {c.n, c.k});
+      auto bias = dev_floats(bs, {c.m});
+      const DType xt = gemv_x(fmt);  // BF16, F16 for int8
+      const auto ref_bf16 = reference(xs, wb, bs.data(), c.n, c.m, c.k, true, xt);
+      const auto ref_exact = reference(xs, p.dec, bs.data(), c.n, c.m, c.k, true, xt);
+      auto xq = dev_tensor(DType::I8, {static_cast<int64_t>(cuda::qgemm_x_bytes(f, c.n, c.k))});
+      const int units = static_cast<int>(cuda::qweight_k_pad(f, c.k) / cuda::qformat_unit(f));
+      std::vector<cuda::QGemmPlan> plans{cuda::plan_qgemm(f, c.n, c.m, c.k, sms)};
+      int variant = 0;
+      for (int splits : {1, 2, 3, 16}) {
+        if (splits > units) continue;
+        cuda::QGemmPlan pl;
+        pl.units = (units + splits - 1) / splits;
+        pl.splits = (units + pl.units - 1) / pl.units;
+        pl.phase = variant % 3;  // 0 (as many as fit), 1, 2
+        pl.offset_sums = variant % 2 == 0;
+        ++variant;
+        plans.push_back(pl);
+      }
+      for (const cuda::QGemmPlan& pl : plans) {
+        const bool exact = cuda::qgemm_exact_weights(f, pl, c.n);
+        EXPECT_EQ(exact, f == cuda::QFormat::Int8 || (pl.offset_sums && c.n <= 16));
+        for (bool accumulate : {false, true}) {
+          auto out = accumulate ? dev_floats(acc0, {c.n, c.m}) : dev_tensor(DType::F32, {c.n, c.m});
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cuda::launch_qgemm(f, p.t.data, c.m, c.k, static_cast<const float*>(x.t.data), c.n,
+                                       static_cast<const float*>(bias.t.data), static_cast<float*>(out.t.data),
+                                       accumulate, pl, xq.t.data, /*pdl=*/false, nullptr),
+                    cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<double> want = exact ? ref_exact : ref_bf16;
+          if (accumulate)
+            for (size_t i = 0; i < want.size(); ++i) want[i] += acc0[i];
+          // (int4 exact weights: 136 + q times x summed in F32 before 136 * sum(x) comes off, as
+          // the GEMV, whose tests take 1e-4)
+          EXPECT_LE(rel(download_floats(out.t), want), exact ? 1e-4 : 4e-5)
+              << fmt << " m " << c.m << " k " << c.k << " n " << c.n << " splits " << pl.splits << " units " << pl.units
+              << " phase " << pl.phase << (exact ? " exact" : " bf16") << (accumulate ? " accumulate" : "");
+        }
       }
     }
   }
-  // What it declines: other formats, k % 8 != 0, more than 64 rows.
+  // What it declines: FP8 (cuBLASLt's FP8 GEMM takes it), k % 8 != 0, more than 64 rows.
   EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Fp8, 16, 256, nullptr));
   EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Int4, 16, 260, nullptr));
-  EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Int4, 65, 256, nullptr));
+  EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Int8, 65, 256, nullptr));
 }
 
 // q/k/v-style segments and gate/up + GLU through each kernel, with more tiles than resident blocks.

@@ -127,7 +127,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->concurrent_gemms_ = switched_on("EMBER_CUDA_CONCURRENT_GEMMS");
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
-  be->int4_gemm_ = switched_on("EMBER_CUDA_QGEMM");
+  be->packed_gemm_ = switched_on("EMBER_CUDA_QGEMM");
   be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
@@ -719,13 +719,14 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
     if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
     return try_defer_gemv(x, w, nullptr, acc, /*accumulate=*/true);
   }
-  if (is_packed(w) && int4_gemm_ && n <= kQGemmMaxBatch &&
+  if (is_packed(w) && packed_gemm_ && n <= kQGemmMaxBatch &&
       qgemm_supported(qformat_of(w.dtype), static_cast<int>(n), k, x.data)) {
     flush();  // x's producer and a pending add into acc land first
-    void* xs = scratch(qgemm_x_, qgemm_x_bytes(static_cast<int>(n), k));
-    EMBER_CUDA_CHECK(launch_qgemm(qformat_of(w.dtype), w.data, m, k, x.as<float>(), static_cast<int>(n), nullptr,
-                                  acc.as<float>(), /*accumulate=*/true,
-                                  plan_qgemm(static_cast<int>(n), m, k, num_sms_), xs, /*pdl=*/true, stream_));
+    const QFormat f = qformat_of(w.dtype);
+    void* xs = scratch(qgemm_x_, qgemm_x_bytes(f, static_cast<int>(n), k));
+    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), static_cast<int>(n), nullptr, acc.as<float>(),
+                                  /*accumulate=*/true, plan_qgemm(f, static_cast<int>(n), m, k, num_sms_), xs,
+                                  /*pdl=*/true, stream_));
     return true;
   }
   if (fp8_large(x, w)) {
@@ -749,19 +750,18 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,
-// fp8_gemm): int4 up to kQGemmMaxBatch rows through the int4 tensor-core GEMM (qgemm.cuh,
-// reads the weights once); int4 past that and int8 (or FP8 when cuBLASLt declines)
-// dequantized to BF16 a slab of rows at a time, each slab one BF16 cuBLASLt GEMM into its
-// output columns. (int8 weights with x quantized to int8 per row through an IMMA GEMM, reading
-// the weights once, is future work.)
+// fp8_gemm): int4 and int8 up to kQGemmMaxBatch rows through the tensor-core GEMM (qgemm.cuh,
+// reads the weights once); past that (or FP8 when cuBLASLt declines) dequantized to BF16 a slab
+// of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns. (int8 weights
+// with x quantized to int8 per row through an IMMA GEMM for prompts is future work.)
 void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
   const QFormat f = qformat_of(w.dtype);
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   flush();
-  if (int4_gemm_ && n <= kQGemmMaxBatch && qgemm_supported(f, static_cast<int>(n), k, x.data)) {
-    void* xs = scratch(qgemm_x_, qgemm_x_bytes(static_cast<int>(n), k));
+  if (packed_gemm_ && n <= kQGemmMaxBatch && qgemm_supported(f, static_cast<int>(n), k, x.data)) {
+    void* xs = scratch(qgemm_x_, qgemm_x_bytes(f, static_cast<int>(n), k));
     EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), static_cast<int>(n), bias, out.as<float>(),
-                                  /*accumulate=*/false, plan_qgemm(static_cast<int>(n), m, k, num_sms_), xs,
+                                  /*accumulate=*/false, plan_qgemm(f, static_cast<int>(n), m, k, num_sms_), xs,
                                   /*pdl=*/true, stream_));
     return;
   }

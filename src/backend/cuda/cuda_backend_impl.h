@@ -281,7 +281,7 @@ class CudaBackend final : public Backend, public CudaStep {
   PendingGemms pgm_;
   bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output GEMM
   bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
-  bool int4_gemm_ = true;         // EMBER_CUDA_QGEMM=0: int4 past the GEMV dequantized to BF16 (A/B runs)
+  bool packed_gemm_ = true;         // EMBER_CUDA_QGEMM=0: int4 / int8 past the GEMV dequantized to BF16 (A/B runs)
   // EMBER_CUDA_FOLD_NORM=0: packed GEMVs neither add into a residual nor fold the norm after
   // it in (A/B runs).
   bool fold_norm_ = true;

@@ -38,7 +38,10 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnitBytes = 256;          // one 128-element unit of x as BF16
+// A unit: one int4 scale group (128 elements) or 64 int8 elements, 64 bytes of a weight row
+// either way; staged x takes 2 bytes an element (BF16 for int4, F16 for int8).
+constexpr int unit_elems(QFormat f) { return f == QFormat::Int4 ? 128 : 64; }
+constexpr int x_unit_bytes(QFormat f) { return 2 * unit_elems(f); }
 constexpr int kRowPad = 64;              // bytes after each staged x row (bank spread)
 constexpr int kRedStride = kQGemmRows + 4;  // floats per partial-sum row (column of out)
 constexpr int kSmemPerSm = 200 * 1024;   // dynamic shared memory the resident blocks of an SM share
@@ -60,29 +63,31 @@ constexpr int kPrefetch = 2;
 int n_pad_of(int n) { return n <= 16 ? 16 : n <= 32 ? 32 : 64; }
 // Shared memory of a block staging kc units a phase: two x buffers of n_pad rows (and, with
 // offset sums, two of the units' x sums), or the partial-sum tile that overlays them.
-size_t smem_bytes(int n_pad, int kc, bool offset) {
-  const size_t x = size_t{2} * n_pad * (kc * kUnitBytes + kRowPad + (offset ? kc * 4 : 0));
+size_t smem_bytes(QFormat f, int n_pad, int kc, bool offset) {
+  const size_t x = size_t{2} * n_pad * (kc * x_unit_bytes(f) + kRowPad + (offset ? kc * 4 : 0));
   const size_t red = size_t{4} * n_pad * kRedStride;
   return std::max(x, red);
 }
 // Units of x a phase may stage within the block's share of the SM, at most `units`.
-int phase_units(int n_pad, int units, bool offset) {
+int phase_units(QFormat f, int n_pad, int units, bool offset) {
   int kc = 1;
-  while (kc < units && smem_bytes(n_pad, kc + 1, offset) <= static_cast<size_t>(kSmemPerSm / blocks_of(n_pad / 8))) ++kc;
+  while (kc < units &&
+         smem_bytes(f, n_pad, kc + 1, offset) <= static_cast<size_t>(kSmemPerSm / blocks_of(n_pad / 8)))
+    ++kc;
   return kc;
 }
 
 struct Params {
   const uint8_t* w = nullptr;
-  const __nv_bfloat16* scales = nullptr;
-  const uint8_t* xq = nullptr;  // [n_pad][units_total * 256] BF16 in lane order
+  const void* scales = nullptr;  // int4: BF16 per (16-row tile, group); int8: F32 per row
+  const uint8_t* xq = nullptr;  // [n_pad][units_total * x_unit_bytes] BF16 (int8: F16) in lane order
   const float* xsum = nullptr;  // offset sums: [units_total][n_pad] F32, the units' sums of that BF16 x
   const float* bias = nullptr;
   float* out = nullptr;
   int64_t m = 0;
   int64_t row_bytes = 0;
   int n = 0;
-  int units_total = 0;  // k_pad / 128
+  int units_total = 0;  // k_pad / unit_elems
   int units = 0;        // per k slice
   int kc = 0;           // per phase
   int splits = 1;
@@ -101,21 +106,23 @@ __device__ __forceinline__ uint32_t i4_scaled(uint32_t w, int p, __nv_bfloat162 
 // One unit of a warp's weights: lane slices of rows g, g + 8 of m16 tiles 0 and 1, and their scales.
 struct WUnit {
   uint4 w[2][2];     // [tile][lo, hi]
-  uint32_t s[2][2];  // [tile][lo, hi] BF16 bits
+  uint32_t s[2][2];  // int4: [tile][lo, hi] BF16 bits of the group scales
 };
 
 struct WPtrs {
   const uint8_t* row[2][2];          // this lane's 16 bytes of unit 0
-  const __nv_bfloat16* sc[2][2];     // scale of (row, unit 0); stride 16 a unit
+  const __nv_bfloat16* sc[2][2];     // int4: scale of (row, unit 0); stride 16 a unit
 };
 
+template <QFormat F>
 __device__ __forceinline__ void load_wunit(WUnit& u, const WPtrs& p, int unit) {
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       u.w[mt][h] = load_stream_16(p.row[mt][h] + static_cast<int64_t>(unit) * 64);
-      u.s[mt][h] = __ldg(reinterpret_cast<const unsigned short*>(p.sc[mt][h]) + static_cast<int64_t>(unit) * 16);
+      if constexpr (F == QFormat::Int4)
+        u.s[mt][h] = __ldg(reinterpret_cast<const unsigned short*>(p.sc[mt][h]) + static_cast<int64_t>(unit) * 16);
     }
 }
 
@@ -140,10 +147,32 @@ __device__ __forceinline__ void zero_tiles(float (&a)[2][NT][4]) {
 // kOffset: the mma sums (136 + q) x and 136 * (the unit's x sums at xsum, this lane's columns
 // 2t, 2t + 1 of each tile) comes off before the group scale multiplies (exact weights, three
 // instructions fewer a weight pair); else the A fragments are the BF16 values q * scale.
-template <int NT, bool kOffset>
+template <QFormat F, int NT, bool kOffset>
 __device__ __forceinline__ void mma_wunit(const WUnit& u, const uint8_t* xs, int x_stride, const float* xsum,
                                           float (&acc)[2][NT][4]) {
-  if constexpr (kOffset) {
+  if constexpr (F == QFormat::Int8) {
+    // Words 2c, 2c + 1 of the lane slice against x chunk c (staged in the order 0, 2, 1, 3 of
+    // each 4 elements, as the GEMV): one k step each, F16 1152 + q minus 1152 (exact).
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      uint4 xb[NT];
+      load_x_tiles(xs, x_stride, c, xb);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t lo0 = (&u.w[mt][0].x)[2 * c], hi0 = (&u.w[mt][1].x)[2 * c];
+        const uint32_t lo1 = (&u.w[mt][0].x)[2 * c + 1], hi1 = (&u.w[mt][1].x)[2 * c + 1];
+        const uint32_t a0 = i8x2_to_f16x2<0x4240>(lo0), a1 = i8x2_to_f16x2<0x4240>(hi0);
+        const uint32_t a2 = i8x2_to_f16x2<0x4341>(lo0), a3 = i8x2_to_f16x2<0x4341>(hi0);
+        const uint32_t b0 = i8x2_to_f16x2<0x4240>(lo1), b1 = i8x2_to_f16x2<0x4240>(hi1);
+        const uint32_t b2 = i8x2_to_f16x2<0x4341>(lo1), b3 = i8x2_to_f16x2<0x4341>(hi1);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_k16<__half>(acc[mt][j], a0, a1, a2, a3, xb[j].x, xb[j].y);
+          mma_k16<__half>(acc[mt][j], b0, b1, b2, b3, xb[j].z, xb[j].w);
+        }
+      }
+    }
+  } else if constexpr (kOffset) {
     float part[2][NT][4];
     zero_tiles(part);
 #pragma unroll
@@ -202,37 +231,51 @@ __device__ __forceinline__ void mma_wunit(const WUnit& u, const uint8_t* xs, int
   }
 }
 
-// x [n, k] F32 -> xq [n_pad, units * 128] BF16 in lane order (zero past n and k), and the sum of
-// each unit's BF16 x a row in xsum [units][n_pad]; one thread a 16-byte chunk (k % 8 == 0, so a
-// chunk is all in or all out), the 16 chunks of a unit in 16 adjacent lanes (n_pad * units * 16
-// is a multiple of the block, so every lane of a warp takes part in the shuffles).
+// x [n, k] F32 -> xq [n_pad, units * unit_elems] in lane order (zero past n and k): int4 BF16,
+// a unit's 8-element chunk c at (c % 4) * 64 + (c / 4) * 16, and the sum of each unit's BF16 x
+// a row in xsum [units][n_pad]; int8 F16 in the order 0, 2, 1, 3 of each 4 elements, chunk c at
+// (c % 2) * 64 + (c / 2) * 16 (the staged GEMV's layouts). One thread a chunk (k % 8 == 0, so
+// a chunk is all in or all out); the chunks of a unit are adjacent lanes (n_pad * units *
+// chunks is a multiple of the block, so every lane of a warp takes part in the shuffles).
+template <QFormat F>
 __global__ void __launch_bounds__(256) qgemm_stage_x_kernel(const float* x, int n, int64_t k, int n_pad, int units,
                                                             uint8_t* xq, float* xsum) {
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t per_row = int64_t{units} * 16;
+  constexpr int kChunks = unit_elems(F) / 8;
+  const int64_t per_row = int64_t{units} * kChunks;
   const int64_t total = n_pad * per_row;
   for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < total; q += int64_t{gridDim.x} * blockDim.x) {
     const int row = static_cast<int>(q / per_row);
     const int64_t cc = q % per_row;
-    const int64_t u = cc / 16;
-    const int c = static_cast<int>(cc % 16);
-    const int64_t k0 = u * 128 + c * 8;
-    uint4 o = make_uint4(0, 0, 0, 0);
+    const int64_t u = cc / kChunks;
+    const int c = static_cast<int>(cc % kChunks);
+    const int64_t k0 = u * unit_elems(F) + c * 8;
+    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
     if (row < n && k0 < k) {
       const float4* xp = reinterpret_cast<const float4*>(x + row * k + k0);
-      o = bf16x8(__ldg(xp), __ldg(xp + 1));
+      v0 = __ldg(xp);
+      v1 = __ldg(xp + 1);
     }
-    *reinterpret_cast<uint4*>(xq + row * (units * int64_t{kUnitBytes}) + u * kUnitBytes + (c % 4) * 64 + (c / 4) * 16) = o;
-    float sum = bf16x8_sum(o);
+    uint8_t* dst = xq + row * (units * int64_t{x_unit_bytes(F)}) + u * x_unit_bytes(F);
+    if constexpr (F == QFormat::Int4) {
+      const uint4 o = bf16x8(v0, v1);
+      *reinterpret_cast<uint4*>(dst + (c % 4) * 64 + (c / 4) * 16) = o;
+      float sum = bf16x8_sum(o);
 #pragma unroll
-    for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    if (c == 0) xsum[u * n_pad + row] = sum;
+      for (int d = 8; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+      if (c == 0) xsum[u * n_pad + row] = sum;
+    } else {
+      const uint4 o = make_uint4(pack2<__half>(v0.x, v0.z), pack2<__half>(v0.y, v0.w), pack2<__half>(v1.x, v1.z),
+                                 pack2<__half>(v1.y, v1.w));
+      *reinterpret_cast<uint4*>(dst + (c % 2) * 64 + (c / 2) * 16) = o;
+    }
   }
 }
 
-template <int NT, bool kOffset>
-__global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_int4_kernel(const Params A) {
+template <QFormat F, int NT, bool kOffset>
+__global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_kernel(const Params A) {
+  constexpr int kUnitBytes = x_unit_bytes(F);
   constexpr int kNPad = NT * 8;
   constexpr int P = kPrefetch;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -257,12 +300,12 @@ __global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_int4_kernel(con
       // they are never stored.
       const int64_t row = min(row0 + mt * 16 + h * 8 + g, A.m - 1);
       wp.row[mt][h] = A.w + row * A.row_bytes + int64_t{u_begin} * 64 + t * 16;
-      wp.sc[mt][h] = A.scales + qweight_int4_scale_index(groups, row, u_begin);
+      wp.sc[mt][h] = static_cast<const __nv_bfloat16*>(A.scales) + qweight_int4_scale_index(groups, row, u_begin);
     }
   WUnit st[P];
 #pragma unroll
   for (int p = 0; p < P; ++p)
-    if (p < nu) load_wunit(st[p], wp, p);
+    if (p < nu) load_wunit<F>(st[p], wp, p);
 
   pdl_wait();
   pdl_launch_dependents();
@@ -303,13 +346,26 @@ __global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_int4_kernel(con
       for (int p = 0; p < P; ++p) {
         const int u = base + p;
         if (u >= u0 && u < u1) {
-          mma_wunit<NT, kOffset>(st[p], xs + (u - u0) * kUnitBytes, x_stride, xsums + (u - u0) * kNPad, acc);
-          if (u + P < nu) load_wunit(st[p], wp, u + P);
+          mma_wunit<F, NT, kOffset>(st[p], xs + (u - u0) * kUnitBytes, x_stride, xsums + (u - u0) * kNPad, acc);
+          if (u + P < nu) load_wunit<F>(st[p], wp, u + P);
         }
       }
     }
   }
 
+  if constexpr (F == QFormat::Int8) {  // the row scales (the same factor for every slice's sum)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float sc = __ldg(static_cast<const float*>(A.scales) + min(row0 + mt * 16 + h * 8 + g, A.m - 1));
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          acc[mt][j][2 * h] *= sc;
+          acc[mt][j][2 * h + 1] *= sc;
+        }
+      }
+  }
   // Partial sums of this slice -> red [n_pad][kRedStride] (column j of out, block row r).
   __syncthreads();  // every warp is done with the x buffers that red overlays
   float* red = reinterpret_cast<float*>(smem);
@@ -376,11 +432,11 @@ cudaError_t allow_large_clusters(const void* kernel) {
   return e;
 }
 
-template <int NT, bool kOffset>
+template <QFormat F, int NT, bool kOffset>
 cudaError_t launch_nt(const Params& A, int splits, int64_t row_blocks, bool pdl, cudaStream_t stream) {
-  auto kernel = qgemm_int4_kernel<NT, kOffset>;
-  const size_t smem = smem_bytes(NT * 8, A.kc, kOffset);
-  const size_t smem_max = smem_bytes(NT * 8, phase_units(NT * 8, 1 << 20, kOffset), kOffset);
+  auto kernel = qgemm_kernel<F, NT, kOffset>;
+  const size_t smem = smem_bytes(F, NT * 8, A.kc, kOffset);
+  const size_t smem_max = smem_bytes(F, NT * 8, phase_units(F, NT * 8, 1 << 20, kOffset), kOffset);
   if (const cudaError_t e = raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(smem_max));
       e != cudaSuccess)
     return e;
@@ -410,14 +466,21 @@ cudaError_t launch_nt(const Params& A, int splits, int64_t row_blocks, bool pdl,
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-cudaError_t launch_cut(const Params& A, int n_pad, bool offset, int splits, int64_t row_blocks, bool pdl,
+cudaError_t launch_cut(QFormat f, const Params& A, int n_pad, bool offset, int splits, int64_t row_blocks, bool pdl,
                        cudaStream_t stream) {
+  if (f == QFormat::Int8) {
+    switch (n_pad) {
+      case 16: return launch_nt<QFormat::Int8, 2, false>(A, splits, row_blocks, pdl, stream);
+      case 32: return launch_nt<QFormat::Int8, 4, false>(A, splits, row_blocks, pdl, stream);
+      default: return launch_nt<QFormat::Int8, 8, false>(A, splits, row_blocks, pdl, stream);
+    }
+  }
   switch (n_pad) {
     case 16:
-      return offset ? launch_nt<2, true>(A, splits, row_blocks, pdl, stream)
-                    : launch_nt<2, false>(A, splits, row_blocks, pdl, stream);
-    case 32: return launch_nt<4, false>(A, splits, row_blocks, pdl, stream);
-    default: return launch_nt<8, false>(A, splits, row_blocks, pdl, stream);
+      return offset ? launch_nt<QFormat::Int4, 2, true>(A, splits, row_blocks, pdl, stream)
+                    : launch_nt<QFormat::Int4, 2, false>(A, splits, row_blocks, pdl, stream);
+    case 32: return launch_nt<QFormat::Int4, 4, false>(A, splits, row_blocks, pdl, stream);
+    default: return launch_nt<QFormat::Int4, 8, false>(A, splits, row_blocks, pdl, stream);
   }
 }
 
@@ -429,15 +492,15 @@ int env_int(const char* name) {
 }  // namespace
 
 bool qgemm_supported(QFormat f, int n, int64_t k, const void* x) {
-  return f == QFormat::Int4 && n >= 1 && n <= kQGemmMaxBatch && k > 0 && k % 8 == 0 &&
+  return (f == QFormat::Int4 || f == QFormat::Int8) && n >= 1 && n <= kQGemmMaxBatch && k > 0 && k % 8 == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-QGemmPlan plan_qgemm(int n, int64_t m, int64_t k, int sms) {
+QGemmPlan plan_qgemm(QFormat f, int n, int64_t m, int64_t k, int sms) {
   static const int forced_splits = env_int("EMBER_CUDA_QGEMM_SPLITS");
   static const int forced_phase = env_int("EMBER_CUDA_QGEMM_PHASE");
   static const int offset_env = env_int("EMBER_CUDA_QGEMM_OFFSET");  // 1: offset sums, 2: BF16 q * scale
-  const int units = static_cast<int>(qweight_k_pad(QFormat::Int4, k) / kQGroup);
+  const int units = static_cast<int>(qweight_k_pad(f, k) / unit_elems(f));
   const int64_t row_blocks = (m + kQGemmRows - 1) / kQGemmRows;
   const int64_t slots = int64_t{blocks_of(n_pad_of(n) / 8)} * std::max(sms, 1);  // resident blocks
   int splits = 1;
@@ -467,11 +530,13 @@ QGemmPlan plan_qgemm(int n, int64_t m, int64_t k, int sms) {
   return plan;
 }
 
-bool qgemm_exact_weights(const QGemmPlan& plan, int n) { return plan.offset_sums && n_pad_of(n) == 16; }
+bool qgemm_exact_weights(QFormat f, const QGemmPlan& plan, int n) {
+  return f == QFormat::Int8 || (plan.offset_sums && n_pad_of(n) == 16);
+}
 
-size_t qgemm_x_bytes(int n, int64_t k) {
-  const size_t units = static_cast<size_t>(qweight_k_pad(QFormat::Int4, k) / kQGroup);
-  return static_cast<size_t>(n_pad_of(n)) * units * (kUnitBytes + 4);
+size_t qgemm_x_bytes(QFormat f, int n, int64_t k) {
+  const size_t units = static_cast<size_t>(qweight_k_pad(f, k) / unit_elems(f));
+  return static_cast<size_t>(n_pad_of(n)) * units * (x_unit_bytes(f) + (f == QFormat::Int4 ? 4 : 0));
 }
 
 cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const float* x, int n, const float* bias,
@@ -481,21 +546,22 @@ cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const f
       reinterpret_cast<uintptr_t>(x_scratch) % 16 != 0)
     return cudaErrorInvalidValue;
   const int n_pad = n_pad_of(n);
-  const int units_total = static_cast<int>(qweight_k_pad(f, k) / kQGroup);
+  const int units_total = static_cast<int>(qweight_k_pad(f, k) / unit_elems(f));
   if (int64_t{plan.units} * plan.splits < units_total || int64_t{plan.units} * (plan.splits - 1) >= units_total)
     return cudaErrorInvalidValue;
   auto* xq = static_cast<uint8_t*>(x_scratch);
-  auto* xsum = reinterpret_cast<float*>(xq + static_cast<size_t>(n_pad) * units_total * kUnitBytes);
+  auto* xsum = reinterpret_cast<float*>(xq + static_cast<size_t>(n_pad) * units_total * x_unit_bytes(f));
   {
-    const int64_t chunks = int64_t{n_pad} * units_total * 16;
+    const int64_t chunks = int64_t{n_pad} * units_total * (unit_elems(f) / 8);
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((chunks + 255) / 256, 4096));
-    const cudaError_t e =
-        launch_kernel(qgemm_stage_x_kernel, dim3(blocks), dim3(256), 0, stream, pdl, x, n, k, n_pad, units_total, xq, xsum);
+    const cudaError_t e = launch_kernel(f == QFormat::Int4 ? qgemm_stage_x_kernel<QFormat::Int4>
+                                                           : qgemm_stage_x_kernel<QFormat::Int8>,
+                                        dim3(blocks), dim3(256), 0, stream, pdl, x, n, k, n_pad, units_total, xq, xsum);
     if (e != cudaSuccess) return e;
   }
   Params A;
   A.w = static_cast<const uint8_t*>(w);
-  A.scales = reinterpret_cast<const __nv_bfloat16*>(static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k));
+  A.scales = static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
   A.xq = xq;
   A.xsum = xsum;
   A.bias = bias;
@@ -505,12 +571,12 @@ cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const f
   A.n = n;
   A.units_total = units_total;
   A.units = plan.units;
-  const bool offset = qgemm_exact_weights(plan, n);
-  A.kc = std::min(phase_units(n_pad, plan.units, offset), plan.phase > 0 ? plan.phase : plan.units);
+  const bool offset = f == QFormat::Int4 && qgemm_exact_weights(f, plan, n);
+  A.kc = std::min(phase_units(f, n_pad, plan.units, offset), plan.phase > 0 ? plan.phase : plan.units);
   A.splits = plan.splits;
   A.accumulate = accumulate;
   const int64_t row_blocks = (m + kQGemmRows - 1) / kQGemmRows;
-  return launch_cut(A, n_pad, offset, plan.splits, row_blocks, pdl, stream);
+  return launch_cut(f, A, n_pad, offset, plan.splits, row_blocks, pdl, stream);
 }
 
 }  // namespace ember::cuda
