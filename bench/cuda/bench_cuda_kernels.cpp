@@ -218,11 +218,11 @@ void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
                       2.0 * n * sh.m * sh.k / (ms * 1e-3) / 1e12);
         result("qgemm", name + " n=" + std::to_string(n) + " " + shape, gbs, "GB/s", note);
       };
-      {
-        const double ms = time_graph(s, per_graph, 7, [&](int i) { data.launch(i, f, sh.m, sh.k, 8, false, QGemvPath::Auto, s); });
-        report("ember " + fname + " GEMV", ms, 8);
+      for (int n : {4, 8}) {  // the GEMV's range: the GEMV, and the GEMM beside it
+        const double ms = time_graph(s, per_graph, 7, [&](int i) { data.launch(i, f, sh.m, sh.k, n, false, QGemvPath::Auto, s); });
+        report("ember " + fname + " GEMV", ms, n);
       }
-      for (int n : {9, 16, 24, 32, 48, 64}) {
+      for (int n : {4, 8, 9, 16, 24, 32, 48, 64}) {
         const QGemmPlan plan = plan_qgemm(f, n, sh.m, sh.k, sms);
         const double ms = time_graph(s, per_graph, 7, [&](int i) {
           CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
@@ -662,6 +662,17 @@ void bench_prefill_attention(cudaStream_t s, int sms) {
     report_prefill(s, sms, a, wg, "ember paged bf16 causal 4096 h8/kv4 d256 wgmma synced 64-key tiles");
     a.prefill_mode = 3;
     report_prefill(s, sms, a, wg, "ember paged bf16 causal 4096 h8/kv4 d256 wgmma overlap 2 consumers split K/V");
+    // One-byte K/V: the overlapping kernel whose producer widens one raw tile at a time, beside
+    // the simple kernel these caches took at head_dim 256 before it.
+    for (DType kv : {e4, i8}) {
+      const PagedSetup pk(1, n, n, KV256, D256, bs, s, kv);
+      PagedAttnArgs b = pk.args(q, out, n, n, H256, KV256, D256, bs);
+      b.wgmma = true;
+      b.prefill_mode = 3;
+      const std::string what = "ember paged " + std::string(dtype_name(kv)) + " causal 4096 h8/kv4 d256 ";
+      report_prefill(s, sms, b, wg, what + "wgmma overlap, producer widens one raw tile");
+      report_prefill(s, sms, b, AttnKernel::Simple, what + "simple kernel (before)");
+    }
     CK(cudaFree(q));
     CK(cudaFree(out));
   }

@@ -383,6 +383,15 @@ TEST(CudaAttention, WgmmaHeadDim256) {
   check(AttnCase{8, 2, 256, 16, DType::BF16, {{1, 1}, {1, 300}, {1, 1000}, {1, 77}}}, decode_runs, 50);
   check(AttnCase{8, 1, 256, 16, DType::BF16, {{2, 2000}, {1, 64}, {2, 129}}}, decode_runs, 51);
   check(AttnCase{4, 1, 256, 7, DType::F16, {{1, 700}, {1, 129}, {3, 64}}, 64, 50.0f}, decode_runs, 52);
+  // One-byte K/V (e4m3, e5m2, INT8 with its scales): the overlapping kernel whose producer
+  // widens one raw tile at a time; mixed batches, window + soft-cap, decode rows split.
+  const RunList byte_runs = {{kAuto}, {kWgmma, 0, 0, 0, 64, 3}, {kSimple}};
+  const RunList byte_decode_runs = {{kAuto}, {kWgmma, 0, 0, 0, 64, 3}, {kWgmma, 5, 0, 0, 64, 3}, {kSimple}};
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2, DType::I8}) {
+    check(AttnCase{8, 2, 256, 16, kv, {{1, 1}, {1, 300}, {3, 40}, {150, 421}, {4, 1000}, {200, 200}}}, byte_runs, 53);
+    check(AttnCase{4, 1, 256, 7, kv, {{1, 77}, {70, 70}, {129, 500}}, 64, 50.0f}, byte_runs, 54);
+    check(AttnCase{8, 2, 256, 16, kv, {{1, 1000}, {1, 77}, {1, 129}}}, byte_decode_runs, 55);
+  }
 }
 
 // FP8 K/V (e4m3, e5m2; unit scale as the CPU cache stores it without scales): every kernel on
@@ -459,7 +468,8 @@ TEST(CudaAttention, Int8KvAllKernels) {
     EXPECT_TRUE(cuda::attention_mma_supported(DType::I8, d)) << d;
     EXPECT_TRUE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
   }
-  for (int d : {96, 256}) EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, d)) << d;
+  EXPECT_TRUE(cuda::attention_wgmma_supported(DType::I8, 256));  // (WgmmaHeadDim256 runs it)
+  EXPECT_FALSE(cuda::attention_wgmma_supported(DType::I8, 96));
   EXPECT_FALSE(cuda::attention_mma_supported(DType::I8, 96));
   const RunList all = {{kAuto},         {kSimple},      {kDecode},         {kDecode, 1},      {kDecode, 3},
                        {kDecode, 0, 2}, {kDecode, 0, 4}, {kDecode, 5, 6},  {kPrefill},        {kPrefill, 0, 2, 4}};

@@ -510,7 +510,7 @@ bool wgmma_prefill_available(int device) {
 }
 
 bool attention_wgmma_supported(DType kv_type, int head_dim) {
-  if (is_byte_kv(kv_type)) return head_dim == 64 || head_dim == 128;
+  if (is_byte_kv(kv_type)) return head_dim == 64 || head_dim == 128 || head_dim == 256;
   return (kv_type == DType::BF16 || kv_type == DType::F16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
@@ -557,8 +557,11 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
     // stage 64 KiB); one-byte K/V: only warp-specialized kernels (their producer widens the
     // tiles; the launcher rejects the others); INT8 with 64-key tiles only (room for its scales).
     const bool d256 = a.head_dim == 256;
-    const int mode = d256 ? (a.prefill_mode == 0 || a.prefill_mode == 3 ? a.prefill_mode : kDefaultWgmmaModeD256)
-                     : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
+    // (one-byte K/V at head_dim 256: mode 3 only, the producer widening one raw tile at a time)
+    const int mode = d256 ? (is_byte_kv(a.kv_type)                            ? 3
+                             : a.prefill_mode == 0 || a.prefill_mode == 3 ? a.prefill_mode
+                                                                          : kDefaultWgmmaModeD256)
+                          : a.prefill_mode < 0 ? kDefaultWgmmaMode : a.prefill_mode;
     const int keys = d256 || a.kv_type == DType::I8 ? 64 : a.prefill_keys ? a.prefill_keys : kDefaultWgmmaKeys;
     const int rows = wgmma_block_rows(mode);
     L.row_tiles = (a.max_new * L.group + rows - 1) / rows;

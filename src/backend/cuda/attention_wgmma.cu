@@ -27,8 +27,11 @@ namespace {
 // [K, V][kKeys][D bytes], then (INT8) three [K, V][kKeys] float scale buffers; +1 KiB to align
 // the base to the swizzle period.
 constexpr int kI8ScaleBufs = 3;
+// Raw one-byte tiles the widening producer keeps: two (tile t + 1 lands while tile t is
+// widened), one at head_dim 256, where a second would not fit beside the two 64 KiB stages.
+constexpr int raw_bufs(int D) { return D == 256 ? 1 : 2; }
 constexpr size_t wgmma_smem_bytes(int wgs, int keys, int stages, int D, bool fp8 = false, bool i8 = false) {
-  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + (fp8 ? 2 * 2 * keys * D : 0) + 32 * stages +
+  return static_cast<size_t>(wgs * 64 + 2 * stages * keys) * D * 2 + (fp8 ? raw_bufs(D) * 2 * keys * D : 0) + 32 * stages +
          (i8 ? kI8ScaleBufs * 2 * keys * sizeof(float) : 0) + wg::kAtomBytes;
 }
 
@@ -374,9 +377,10 @@ __global__ void __launch_bounds__(kWg * 128, 1) paged_attn_wgmma_kernel(const La
 // done).
 // Registers per thread after setmaxnreg: the producer needs few; the consumers take the rest
 // of the 64 Ki (in multiples of 8).
-// (FP8: the producer also widens the tiles and spilled at 40; 56 / 224.)
-constexpr int producer_regs(bool fp8) { return fp8 ? 56 : 40; }
-constexpr int consumer_regs(int wgs, bool fp8) { return wgs == 2 ? (fp8 ? 224 : 232) : 152; }
+// (FP8: the producer also widens the tiles and spilled at 40; 56 / 224; at head_dim 256 72 / 216:
+// ptxas, no spills for FP8, 32 bytes for INT8.)
+constexpr int producer_regs(bool fp8, int D) { return fp8 ? (D == 256 ? 72 : 56) : 40; }
+constexpr int consumer_regs(int wgs, bool fp8, int D) { return wgs == 2 ? (fp8 ? (D == 256 ? 216 : 224) : 232) : 152; }
 // setmaxnreg.inc takes registers from the block's own pool (PTX ISA: it blocks until the pool
 // has enough), which holds the launch's allocation (65536 over the threads, in multiples of
 // 8): a split past it makes the consumers wait forever (a one-byte head_dim 256 build at
@@ -393,7 +397,7 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
 #if defined(EMBER_WGMMA_DEVICE)
   constexpr int kRows = kWg * 64;
   constexpr bool kIsFp8 = kFp8 != kKvNative;
-  constexpr int kProducerRegs = producer_regs(kIsFp8), kConsumerRegs = consumer_regs(kWg, kIsFp8);
+  constexpr int kProducerRegs = producer_regs(kIsFp8, D), kConsumerRegs = consumer_regs(kWg, kIsFp8, D);
   static_assert(kWg * 128 * kConsumerRegs + 128 * kProducerRegs <= (kWg + 1) * 128 * launch_regs((kWg + 1) * 128));
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   static_assert(D % 64 == 0 && kKeys % kTileKeys == 0 && kStages >= 2);
@@ -431,8 +435,9 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
   const int wgi = threadIdx.x / 128;
   if (kIsFp8 && wgi == 0) {
     wg::regs_dec<kProducerRegs>();
-    uint8_t* raw = s_kv + kStages * 2 * kTileBytes + 16 * kStages;  // [2][K, V][kKeys][D]
-    float* scales = reinterpret_cast<float*>(raw + 2 * 2 * kKeys * D);  // INT8: [3][K, V][kKeys]
+    constexpr int kRaw = raw_bufs(D);
+    uint8_t* raw = s_kv + kStages * 2 * kTileBytes + 16 * kStages;  // [kRaw][K, V][kKeys][D]
+    float* scales = reinterpret_cast<float*>(raw + kRaw * 2 * kKeys * D);  // INT8: [3][K, V][kKeys]
     KvTileLoader<D, 128, 1> ld(L.a, sp.seq, sp.kh, sp.t_begin, sp.kv_hi);
     auto scale_buf = [&](int u) { return kFp8 == kKvI8 ? scales + (u % kI8ScaleBufs) * 2 * kKeys : nullptr; };
     // Tile t's bytes go out while tile t - 1 (landed) is widened into its stage, once the
@@ -441,18 +446,23 @@ __global__ void __launch_bounds__((kWg + 1) * 128, 1) paged_attn_wgmma_ws_kernel
       const int stage = u % kStages;
       if constexpr (kFp8 == kKvI8) wg::named_sync(1 + kWg, 128);  // every producer copy of tile u landed
       if (u >= kStages) wg::mbar_wait(empty + 8 * stage, (u / kStages - 1) & 1);
-      widen_tile<D, kKeys, kFp8>(ld, raw + (u & 1) * 2 * kKeys * D, s_kv + stage * 2 * kTileBytes, scale_buf(u));
+      widen_tile<D, kKeys, kFp8>(ld, raw + (u % kRaw) * 2 * kKeys * D, s_kv + stage * 2 * kTileBytes, scale_buf(u));
       publish_stage(full + 8 * stage);
     };
     for (int t = 0; t < n_tiles; ++t) {
-      issue_raw_tile<D, kKeys>(ld, raw + (t & 1) * 2 * kKeys * D, L.a, sp.kh, scale_buf(t));
+      // (each thread widens the chunks it copied itself, so with one raw tile its next copies
+      // wait for nobody else's widening)
+      issue_raw_tile<D, kKeys>(ld, raw + (t % kRaw) * 2 * kKeys * D, L.a, sp.kh, scale_buf(t));
       cp_async_commit();
-      if (t > 0) {
+      if constexpr (kRaw == 1) {
+        cp_async_wait<0>();
+        publish(t);
+      } else if (t > 0) {
         cp_async_wait<1>();
         publish(t - 1);
       }
     }
-    if (n_tiles > 0) {
+    if (kRaw > 1 && n_tiles > 0) {
       cp_async_wait<0>();
       publish(n_tiles - 1);
     }
@@ -621,6 +631,11 @@ cudaError_t launch_prefill_wgmma(const Launch& L, int keys, int mode, dim3 grid,
       if (L.a.kv_type == DType::F16)
         return mode == 0 ? launch_wgmma<__half, 256, 64, 2, 0>(L, grid, stream)
                          : launch_wgmma<__half, 256, 64, 2, 3>(L, grid, stream);
+      // One-byte K/V: the widening producer with one raw tile (225 KiB), overlapping consumers only.
+      if (mode != 3) return cudaErrorInvalidValue;
+      if (L.a.kv_type == DType::FP8_E4M3) return launch_wgmma<__half, 256, 64, 2, 3, kKvE4M3>(L, grid, stream);
+      if (L.a.kv_type == DType::FP8_E5M2) return launch_wgmma<__half, 256, 64, 2, 3, kKvE5M2>(L, grid, stream);
+      if (L.a.kv_type == DType::I8) return launch_wgmma<__half, 256, 64, 2, 3, kKvI8>(L, grid, stream);
       return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
   }
