@@ -214,7 +214,7 @@ TEST(CudaQuant, MatmulGemvAndLargeBatch) {
   };
   const Case cases[] = {{37, 200, 1, false},  {130, 264, 3, true},  {16, 64, 8, false},   {301, 1032, 5, false},
                         {4100, 520, 2, true}, {77, 136, 13, false}, {260, 392, 40, true},  {48, 4104, 1, false},
-                        {90, 264, 64, true},  {90, 264, 65, false}};
+                        {90, 264, 64, true},  {90, 264, 65, false}, {300, 14336, 8, true}, {77, 14336, 6, false}};
   uint32_t seed = 100;
   for (const char* f : {"int4", "fp8", "int8"}) {
     for (const Case& c : cases) {
@@ -230,8 +230,9 @@ TEST(CudaQuant, MatmulGemvAndLargeBatch) {
       const auto ref = reference(xs, p.dec, c.bias ? bs.data() : nullptr, c.n, c.m, c.k, true,
                                  gemv ? gemv_x(f) : DType::BF16);
       // GEMV: BF16 x (int8: F16); int4 / int8 GEMM: BF16 x and BF16 dequantized weights above 8
-      // rows (the packed GEMM of 9-64 rows: int8 F16 x, exact or BF16 weights); the FP8 GEMM
-      // quantizes x to e4m3 per row (3 mantissa bits).
+      // rows (the packed GEMM of 9-64 rows, and for int4 of 6-8 where the GEMV would take its
+      // direct kernel, k 14336: exact or BF16 weights; int8 F16 x); the FP8 GEMM quantizes x
+      // to e4m3 per row (3 mantissa bits).
       const bool fp8_gemm = std::string(f) == "fp8" && !gemv;
       const double e = rel(got, ref);
       // The GEMV is exact but for F32 summation; the int4 / int8 GEMM rounds dequantized weights
@@ -402,7 +403,7 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
                         {"fp8", 72, 8200, 600, true}, {"fp8", 136, 520, 3, true},   {"bf16", 136, 520, 24, true},
                         {"bf16", 136, 520, 3, false}, {"int4", 136, 520, 8, true},  {"int8", 72, 4096, 1, true},
                         {"bf16", 72, 4096, 4, false}, {"int4", 136, 520, 24, true}, {"int4", 136, 520, 65, false},
-                        {"int8", 72, 4096, 40, true}};
+                        {"int8", 72, 4096, 40, true}, {"int4", 136, 14336, 8, true}};
   uint32_t seed = 1200;
   for (const Case& c : cases) {
     const Tensor w = gpu_weight(c.format, c.m, c.k, seed++);

@@ -428,6 +428,10 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     if (b) EMBER_CUDA_CHECK(launch_add_bias(out.as<float>(), b, n, m, stream_));
     return;
   }
+  if (k > 0 && gemm_over_direct_gemv(x, w)) {
+    matmul_packed_large(x, w, b, out);
+    return;
+  }
   // x's producer runs before a GEMV reads x, unless it is a norm the GEMV folds in (try_defer_gemv).
   if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
   if (k > 0 && try_defer_gemv(x, w, b, out)) return;
@@ -714,12 +718,7 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
   if (n == 0 || m == 0 || k == 0 ||
       overlaps(acc.data, acc.nbytes(), x.data, static_cast<size_t>(n * k) * sizeof(float)))
     return false;
-  if (is_packed(w) && n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data)) {
-    if (!fold_norm_) return false;
-    if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
-    return try_defer_gemv(x, w, nullptr, acc, /*accumulate=*/true);
-  }
-  if (is_packed(w) && packed_gemm_ && n <= kQGemmMaxBatch &&
+  if (is_packed(w) && packed_gemm_ && (n > kQGemvMaxBatch || gemm_over_direct_gemv(x, w)) && n <= kQGemmMaxBatch &&
       qgemm_supported(qformat_of(w.dtype), static_cast<int>(n), k, x.data)) {
     flush();  // x's producer and a pending add into acc land first
     const QFormat f = qformat_of(w.dtype);
@@ -728,6 +727,11 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
                                   /*accumulate=*/true, plan_qgemm(f, static_cast<int>(n), m, k, num_sms_), xs,
                                   /*pdl=*/true, stream_));
     return true;
+  }
+  if (is_packed(w) && n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data)) {
+    if (!fold_norm_) return false;
+    if (pgl_.active || (pn_.active && pn_.out != x.data)) flush();
+    return try_defer_gemv(x, w, nullptr, acc, /*accumulate=*/true);
   }
   if (fp8_large(x, w)) {
     if (!fp8_outer_ok_) return false;
@@ -747,6 +751,22 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
                                 stream_, 0, 0, 0, /*accumulate=*/true);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
   return true;
+}
+
+// int4 weights and 6-8 rows whose BF16 x fits beside neither ring of the staged GEMV, so that
+// its direct kernel would run (the 4096 x 14336 down projection): the packed GEMM is faster
+// there (H200, session 16: 8 rows 37.7 -> 26.1 us; 4 rows level, 22.4 / 22.9, so it starts at
+// 6; 8 x 128/256 at concurrency 8 1,527-1,530 -> 1,604-1,683 output tok/s). Not int8: there the
+// same switch lost 6% end to end (1,475-1,506 -> 1,388-1,410) though the kernel alone gained
+// (34.4 -> 31.1 us).
+bool CudaBackend::gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const {
+  if (!packed_gemm_ || !is_packed(w) || !x.valid() || x.dtype != DType::F32) return false;
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  const QFormat f = qformat_of(w.dtype);
+  if (f != QFormat::Int4) return false;
+  const int rows = static_cast<int>(n);
+  return n >= 6 && n <= kQGemvMaxBatch && qgemm_supported(f, rows, k, x.data) && !qgemv_staged_fits(f, rows, k) &&
+         !qgemv_staged_fits_plain(f, rows, k);
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,

@@ -238,6 +238,7 @@ class CudaBackend final : public Backend, public CudaStep {
     return t == DType::Q4_0 ? QFormat::Int4 : t == DType::Q8_0 ? QFormat::Int8 : QFormat::Fp8;
   }
   void matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
+  bool gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const;
   // The checks of matmul's arguments; returns the bias data (null: none).
   const float* check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
   // The GEMM x rows of x (xq_ / xconv_ scratch): written by the pending RMSNorm or GLU that
