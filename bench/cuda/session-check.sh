@@ -7,7 +7,9 @@
 # test_cuda_sampling, bench_cuda_kernels); SETUP=1 unpacks the .deb files in DEB_DIR first
 # (see device-setup.sh). LOG_DIR (default $OUT) gets one log per part and summary.txt.
 #   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv),
-#   SMALL_BATCH (weight formats of an 8 x 128/256 run at concurrency 8; default none).
+#   SMALL_BATCH (weight formats of an 8 x 128/256 run at concurrency 8; default none),
+#   MID_BATCH (weight formats of a 32 x 128/256 run at concurrency 32, where int4 / int8 decode
+#   steps take the packed GEMM; default none).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${DEB_DIR:-$root/.devdeps}
@@ -52,6 +54,11 @@ for fmt in ${SMALL_BATCH:-}; do
   timeout 90 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --num-requests 8 \
     --concurrency 8 --input-len 128 --output-len 256 --max-num-seqs 8 >>"$logs/small-batch.log" 2>&1
   note "8 x 128/256 at concurrency 8, weights $fmt: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms) ' "$logs/small-batch.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+done
+for fmt in ${MID_BATCH:-}; do
+  timeout 90 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --num-requests 32 \
+    --concurrency 32 --input-len 128 --output-len 256 --max-num-seqs 32 >>"$logs/mid-batch.log" 2>&1
+  note "32 x 128/256 at concurrency 32, weights $fmt: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms) ' "$logs/mid-batch.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
 done
 echo "================ summary ($(( $(date +%s) - start )) s) ================"
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
