@@ -771,6 +771,31 @@ void profile_decode_once(cudaStream_t s, int sms) {
   CK(cudaFree(out));
 }
 
+// One packed-GEMM shape for ncu (`ncu -k regex:qgemm_kernel --launch-skip 10 --launch-count
+// 1`): `qgemm-one int4|int8 M K N`, 20 launches with the planner's cut.
+void profile_qgemm_one(cudaStream_t s, int sms, int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: qgemm-one int4|int8 M K N\n");
+    std::exit(2);
+  }
+  const std::string fs = argv[2];
+  const QFormat f = fs == "int8" ? QFormat::Int8 : QFormat::Int4;
+  const int64_t m = std::atoll(argv[3]), k = std::atoll(argv[4]);
+  const int n = std::atoi(argv[5]);
+  const PackedGemvData data(f, m, k, 3, s);
+  auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(n * k) * 4));
+  auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(n * m) * 4));
+  void* xq = dmalloc(qgemm_x_bytes(f, n, k));
+  CK(launch_fill_random(DType::F32, x, n * k, 5, -1.0f, 1.0f, s));
+  const QGemmPlan plan = plan_qgemm(f, n, m, k, sms);
+  for (int i = 0; i < 20; ++i)
+    CK(launch_qgemm(f, data.w[i % data.copies()], m, k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
+  CK(cudaStreamSynchronize(s));
+  std::printf("qgemm-one %s %lldx%lld n=%d (%d k slices): 20 launches\n", fs.c_str(), static_cast<long long>(m),
+              static_cast<long long>(k), n, plan.splits);
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq}) CK(cudaFree(p));
+}
+
 // One packed GEMV shape, launched plainly (no graph) 20 times over rotating copies, for
 // `ncu -k regex:qgemv --launch-skip 10 --launch-count 1`: `qgemv-one int4|fp8|int8 M K N [glu]`.
 void profile_qgemv_one(cudaStream_t s, int argc, char** argv) {
@@ -825,6 +850,10 @@ int main(int argc, char** argv) {
   }
   if (only == "qgemv-one") {
     profile_qgemv_one(s, argc, argv);
+    return 0;
+  }
+  if (only == "qgemm-one") {
+    profile_qgemm_one(s, prop.multiProcessorCount, argc, argv);
     return 0;
   }
   if (only == "prefill-one") {
