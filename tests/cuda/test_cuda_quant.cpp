@@ -704,6 +704,7 @@ TEST(CudaQuant, GemvKernelsEachMatchReference) {
 // outputs poisoned with NaN otherwise.
 TEST(CudaQuant, PackedGemmMatchesReference) {
   SKIP_WITHOUT_GPU();
+  if (!cuda::qgemm_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
   struct Case {
     int64_t m, k;
     int n;

@@ -127,7 +127,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->concurrent_gemms_ = switched_on("EMBER_CUDA_CONCURRENT_GEMMS");
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
-  be->packed_gemm_ = switched_on("EMBER_CUDA_QGEMM");
+  be->packed_gemm_ = switched_on("EMBER_CUDA_QGEMM") && qgemm_available(device);
   be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {

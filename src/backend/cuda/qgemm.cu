@@ -275,6 +275,7 @@ __global__ void __launch_bounds__(256) qgemm_stage_x_kernel(const float* x, int 
 
 template <QFormat F, int NT, bool kOffset>
 __global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_kernel(const Params A) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // clusters (qgemm_available keeps other GPUs off it)
   constexpr int kUnitBytes = x_unit_bytes(F);
   constexpr int kNPad = NT * 8;
   constexpr int P = kPrefetch;
@@ -415,6 +416,7 @@ __global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_kernel(const Pa
     }
   }
   if (A.splits > 1) cluster.sync();  // no block leaves while another reads its shared memory
+#endif
 }
 
 // Once per kernel and GPU, as raise_smem_limit (not while a graph is being captured: a
@@ -490,6 +492,19 @@ int env_int(const char* name) {
 }
 
 }  // namespace
+
+bool qgemm_available(int device) {
+#if defined(EMBER_CUDA_SM90A)
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
 
 bool qgemm_supported(QFormat f, int n, int64_t k, const void* x) {
   return (f == QFormat::Int4 || f == QFormat::Int8) && n >= 1 && n <= kQGemmMaxBatch && k > 0 && k % 8 == 0 &&

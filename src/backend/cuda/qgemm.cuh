@@ -19,6 +19,10 @@ constexpr int kQGemmMaxBatch = 64;  // rows of x (eight n8 mma tiles)
 constexpr int kQGemmRows = 128;     // weight rows a block owns (4 warps x 32)
 constexpr int kQGemmMaxSplits = 16;  // k slices of one row block (one thread-block cluster; 9-16: non-portable sizes)
 
+// Whether the GEMM runs on `device`: a build with sm_90a code (EMBER_CUDA_ARCHS) on a compute
+// capability 9.0 GPU (its k slices are thread-block clusters).
+bool qgemm_available(int device);
+
 // True when launch_qgemm takes this problem: int4 or int8, 1 <= n <= kQGemmMaxBatch, k % 8 == 0,
 // x 16-byte aligned.
 bool qgemm_supported(QFormat f, int n, int64_t k, const void* x);
