@@ -496,18 +496,7 @@ bool attention_mma_supported(DType kv_type, int head_dim) {
          (head_dim == 64 || head_dim == 128);
 }
 
-bool wgmma_prefill_available(int device) {
-#if defined(EMBER_CUDA_SM90A)
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-#else
-  (void)device;
-  return false;
-#endif
-}
+bool wgmma_prefill_available(int device) { return sm90a_kernels_run_on(device); }
 
 bool attention_wgmma_supported(DType kv_type, int head_dim) {
   if (is_byte_kv(kv_type)) return head_dim == 64 || head_dim == 128 || head_dim == 256;

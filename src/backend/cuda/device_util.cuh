@@ -174,6 +174,21 @@ __device__ __forceinline__ float glu_act(float g, bool gelu_tanh) {
   return g / (1.0f + expf(-g));
 }
 
+// Whether this build's sm_90a kernels (wgmma, clusters; EMBER_CUDA_ARCHS) run on `device`: a
+// compute capability 9.0 GPU (sm_90a code runs on no other).
+inline bool sm90a_kernels_run_on(int device) {
+#if defined(EMBER_CUDA_SM90A)
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the
 // previous kernel when pdl; returns the launch error.
 template <typename... KArgs, typename... Args>

@@ -493,18 +493,7 @@ int env_int(const char* name) {
 
 }  // namespace
 
-bool qgemm_available(int device) {
-#if defined(EMBER_CUDA_SM90A)
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-#else
-  (void)device;
-  return false;
-#endif
-}
+bool qgemm_available(int device) { return sm90a_kernels_run_on(device); }
 
 bool qgemm_supported(QFormat f, int n, int64_t k, const void* x) {
   return (f == QFormat::Int4 || f == QFormat::Int8) && n >= 1 && n <= kQGemmMaxBatch && k > 0 && k % 8 == 0 &&
