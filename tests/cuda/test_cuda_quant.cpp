@@ -336,15 +336,17 @@ TEST(CudaQuant, MatmulManySharesFp8Rows) {
 }
 
 // matmul_many runs the GEMMs of one x on side streams at decode batch sizes (<= 512 rows),
-// one after another past that, for FP8 and BF16 matrices alike: every output equals its own
-// matmul bit for bit, eagerly and replayed from a CUDA graph (the side streams' work becomes
-// branches of the graph) after x changed.
+// one after another past that, for FP8 and BF16 matrices alike, and stages x once for the packed
+// int4 / int8 GEMMs of 9-64 rows: every output equals its own matmul bit for bit, eagerly and
+// replayed from a CUDA graph (the side streams' work becomes branches of the graph) after x
+// changed.
 TEST(CudaQuant, MatmulManySideStreamsEqualOneByOne) {
   SKIP_WITHOUT_GPU();
   CudaStep* step = cuda_step(*backend());
   const int64_t k = 520;
   const int64_t ms[] = {136, 40, 40};
-  for (const std::string format : {"fp8", "bf16"}) {
+  // (int4 / int8 at 24 rows: x staged once for the three packed GEMMs; past 64 rows one by one)
+  for (const std::string format : {"fp8", "bf16", "int4", "int8"}) {
     std::vector<Tensor> ws;
     for (int i = 0; i < 3; ++i) {
       ws.push_back(gpu_weight(format, ms[i], k, 40 + i));

@@ -128,6 +128,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
   be->packed_gemm_ = switched_on("EMBER_CUDA_QGEMM") && qgemm_available(device);
+  be->stage_x_once_ = switched_on("EMBER_CUDA_QGEMM_STAGE_ONCE");
   be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
   for (int i = 0; i < kSideStreams; ++i) {
@@ -480,6 +481,7 @@ void CudaBackend::matmul_many(const Tensor& x, std::span<const MatmulTarget> tar
     bf16 = bf16 && t.w->device == Device::CUDA && t.w->dtype == DType::BF16;
   }
   if (!fp8 && !bf16) {
+    if (shared_x && stage_x_once_ && packed_gemm_many(x, targets)) return;
     Backend::matmul_many(x, targets);
     return;
   }
@@ -750,6 +752,33 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
   const Status st = lt_->matmul(DType::BF16, xb, w.data, acc.as<float>(), n, m, k, lt_ws_, kLtWorkspaceBytes,
                                 stream_, 0, 0, 0, /*accumulate=*/true);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
+  return true;
+}
+
+// Several int4 / int8 matrices of one x past the GEMV's rows (q / k / v, gate / up): x staged for
+// the packed GEMM once, then one GEMM launch each. False (nothing launched) when not all qualify.
+bool CudaBackend::packed_gemm_many(const Tensor& x, std::span<const MatmulTarget> targets) {
+  const int64_t n = x.n_rows(), k = x.n_cols();
+  if (!packed_gemm_ || n <= kQGemvMaxBatch || n > kQGemmMaxBatch || k == 0) return false;
+  const DType wtype = targets[0].w->dtype;
+  for (const MatmulTarget& t : targets)
+    if (t.w->device != Device::CUDA || !is_packed(*t.w) || t.w->dtype != wtype) return false;
+  const QFormat f = qformat_of(wtype);
+  const int rows = static_cast<int>(n);
+  if (!qgemm_supported(f, rows, k, x.data)) return false;
+  const float* biases[kMaxGemmJobs];
+  for (size_t i = 0; i < targets.size(); ++i)
+    biases[i] = check_matmul(x, *targets[i].w, targets[i].bias, *targets[i].out);
+  flush();
+  void* xs = scratch(qgemm_x_, qgemm_x_bytes(f, rows, k));
+  EMBER_CUDA_CHECK(launch_qgemm_stage_x(f, x.as<float>(), rows, k, xs, /*pdl=*/true, stream_));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const Tensor& w = *targets[i].w;
+    const int64_t m = w.n_rows();
+    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), rows, biases[i], targets[i].out->as<float>(),
+                                  /*accumulate=*/false, plan_qgemm(f, rows, m, k, num_sms_), xs, /*pdl=*/true, stream_,
+                                  /*stage_x=*/false));
+  }
   return true;
 }
 

@@ -239,6 +239,7 @@ class CudaBackend final : public Backend, public CudaStep {
   }
   void matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
   bool gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const;
+  bool packed_gemm_many(const Tensor& x, std::span<const MatmulTarget> targets);
   // The checks of matmul's arguments; returns the bias data (null: none).
   const float* check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
   // The GEMM x rows of x (xq_ / xconv_ scratch): written by the pending RMSNorm or GLU that
@@ -283,6 +284,7 @@ class CudaBackend final : public Backend, public CudaStep {
   bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output GEMM
   bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
   bool packed_gemm_ = true;         // EMBER_CUDA_QGEMM=0: int4 / int8 past the GEMV dequantized to BF16 (A/B runs)
+  bool stage_x_once_ = true;        // EMBER_CUDA_QGEMM_STAGE_ONCE=0: each packed GEMM of one x stages it (A/B runs)
   // EMBER_CUDA_FOLD_NORM=0: packed GEMVs neither add into a residual nor fold the norm after
   // it in (A/B runs).
   bool fold_norm_ = true;

@@ -543,9 +543,22 @@ size_t qgemm_x_bytes(QFormat f, int n, int64_t k) {
   return static_cast<size_t>(n_pad_of(n)) * units * (x_unit_bytes(f) + (f == QFormat::Int4 ? 4 : 0));
 }
 
+cudaError_t launch_qgemm_stage_x(QFormat f, const float* x, int n, int64_t k, void* x_scratch, bool pdl,
+                                 cudaStream_t stream) {
+  if (!qgemm_supported(f, n, k, x) || reinterpret_cast<uintptr_t>(x_scratch) % 16 != 0) return cudaErrorInvalidValue;
+  const int n_pad = n_pad_of(n);
+  const int units_total = static_cast<int>(qweight_k_pad(f, k) / unit_elems(f));
+  auto* xq = static_cast<uint8_t*>(x_scratch);
+  auto* xsum = reinterpret_cast<float*>(xq + static_cast<size_t>(n_pad) * units_total * x_unit_bytes(f));
+  const int64_t chunks = int64_t{n_pad} * units_total * (unit_elems(f) / 8);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((chunks + 255) / 256, 4096));
+  return launch_kernel(f == QFormat::Int4 ? qgemm_stage_x_kernel<QFormat::Int4> : qgemm_stage_x_kernel<QFormat::Int8>,
+                       dim3(blocks), dim3(256), 0, stream, pdl, x, n, k, n_pad, units_total, xq, xsum);
+}
+
 cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const float* x, int n, const float* bias,
                          float* out, bool accumulate, const QGemmPlan& plan, void* x_scratch, bool pdl,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, bool stage_x) {
   if (!qgemm_supported(f, n, k, x) || m <= 0 || plan.splits < 1 || plan.splits > kQGemmMaxSplits || plan.units < 1 ||
       reinterpret_cast<uintptr_t>(x_scratch) % 16 != 0)
     return cudaErrorInvalidValue;
@@ -555,12 +568,8 @@ cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const f
     return cudaErrorInvalidValue;
   auto* xq = static_cast<uint8_t*>(x_scratch);
   auto* xsum = reinterpret_cast<float*>(xq + static_cast<size_t>(n_pad) * units_total * x_unit_bytes(f));
-  {
-    const int64_t chunks = int64_t{n_pad} * units_total * (unit_elems(f) / 8);
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>((chunks + 255) / 256, 4096));
-    const cudaError_t e = launch_kernel(f == QFormat::Int4 ? qgemm_stage_x_kernel<QFormat::Int4>
-                                                           : qgemm_stage_x_kernel<QFormat::Int8>,
-                                        dim3(blocks), dim3(256), 0, stream, pdl, x, n, k, n_pad, units_total, xq, xsum);
+  if (stage_x) {
+    const cudaError_t e = launch_qgemm_stage_x(f, x, n, k, x_scratch, pdl, stream);
     if (e != cudaSuccess) return e;
   }
   Params A;

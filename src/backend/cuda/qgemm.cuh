@@ -53,10 +53,14 @@ size_t qgemm_x_bytes(QFormat f, int n, int64_t k);
 
 // out = x @ w^T (+ bias), or out += ... when accumulate. x_scratch: qgemm_x_bytes, 16-byte
 // aligned, not read by anything else until this GEMM is done. Two launches (x to BF16, the
-// GEMM), both programmatic dependents when pdl. plan: from plan_qgemm (splits may be forced
-// for tests).
+// GEMM), both programmatic dependents when pdl; with stage_x false only the GEMM, reading what
+// an earlier launch_qgemm (or launch_qgemm_stage_x) of the same x, n, k and format left in
+// x_scratch (several matrices of one x). plan: from plan_qgemm (splits may be forced for tests).
 cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const float* x, int n, const float* bias,
                          float* out, bool accumulate, const QGemmPlan& plan, void* x_scratch, bool pdl,
-                         cudaStream_t stream);
+                         cudaStream_t stream, bool stage_x = true);
+// The first of launch_qgemm's two launches alone: x staged into x_scratch.
+cudaError_t launch_qgemm_stage_x(QFormat f, const float* x, int n, int64_t k, void* x_scratch, bool pdl,
+                                 cudaStream_t stream);
 
 }  // namespace ember::cuda
