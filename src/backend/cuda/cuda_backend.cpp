@@ -720,14 +720,9 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
   if (n == 0 || m == 0 || k == 0 ||
       overlaps(acc.data, acc.nbytes(), x.data, static_cast<size_t>(n * k) * sizeof(float)))
     return false;
-  if (is_packed(w) && packed_gemm_ && (n > kQGemvMaxBatch || gemm_over_direct_gemv(x, w)) && n <= kQGemmMaxBatch &&
-      qgemm_supported(qformat_of(w.dtype), static_cast<int>(n), k, x.data)) {
+  if ((n > kQGemvMaxBatch || gemm_over_direct_gemv(x, w)) && packed_gemm_takes(x, w)) {
     flush();  // x's producer and a pending add into acc land first
-    const QFormat f = qformat_of(w.dtype);
-    void* xs = scratch(qgemm_x_, qgemm_x_bytes(f, static_cast<int>(n), k));
-    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), static_cast<int>(n), nullptr, acc.as<float>(),
-                                  /*accumulate=*/true, plan_qgemm(f, static_cast<int>(n), m, k, num_sms_), xs,
-                                  /*pdl=*/true, stream_));
+    packed_gemm(x, w, nullptr, acc.as<float>(), /*accumulate=*/true);
     return true;
   }
   if (is_packed(w) && n <= kQGemvMaxBatch && qgemv_supported(static_cast<int>(n), k, x.data)) {
@@ -758,28 +753,41 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
 // Several int4 / int8 matrices of one x past the GEMV's rows (q / k / v, gate / up): x staged for
 // the packed GEMM once, then one GEMM launch each. False (nothing launched) when not all qualify.
 bool CudaBackend::packed_gemm_many(const Tensor& x, std::span<const MatmulTarget> targets) {
-  const int64_t n = x.n_rows(), k = x.n_cols();
-  if (!packed_gemm_ || n <= kQGemvMaxBatch || n > kQGemmMaxBatch || k == 0) return false;
+  if (x.n_rows() <= kQGemvMaxBatch || x.n_cols() == 0) return false;
   const DType wtype = targets[0].w->dtype;
   for (const MatmulTarget& t : targets)
-    if (t.w->device != Device::CUDA || !is_packed(*t.w) || t.w->dtype != wtype) return false;
-  const QFormat f = qformat_of(wtype);
-  const int rows = static_cast<int>(n);
-  if (!qgemm_supported(f, rows, k, x.data)) return false;
+    if (t.w->device != Device::CUDA || t.w->dtype != wtype || !packed_gemm_takes(x, *t.w)) return false;
   const float* biases[kMaxGemmJobs];
   for (size_t i = 0; i < targets.size(); ++i)
     biases[i] = check_matmul(x, *targets[i].w, targets[i].bias, *targets[i].out);
   flush();
-  void* xs = scratch(qgemm_x_, qgemm_x_bytes(f, rows, k));
-  EMBER_CUDA_CHECK(launch_qgemm_stage_x(f, x.as<float>(), rows, k, xs, /*pdl=*/true, stream_));
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const Tensor& w = *targets[i].w;
-    const int64_t m = w.n_rows();
-    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), rows, biases[i], targets[i].out->as<float>(),
-                                  /*accumulate=*/false, plan_qgemm(f, rows, m, k, num_sms_), xs, /*pdl=*/true, stream_,
-                                  /*stage_x=*/false));
-  }
+  const QFormat f = qformat_of(wtype);
+  EMBER_CUDA_CHECK(launch_qgemm_stage_x(f, x.as<float>(), static_cast<int>(x.n_rows()), x.n_cols(),
+                                        packed_gemm_x(f, x), /*pdl=*/true, stream_));
+  for (size_t i = 0; i < targets.size(); ++i)
+    packed_gemm(x, *targets[i].w, biases[i], targets[i].out->as<float>(), /*accumulate=*/false, /*stage_x=*/false);
   return true;
+}
+
+// The packed tensor-core GEMM (qgemm.cuh) takes int4 / int8 weights up to kQGemmMaxBatch rows.
+bool CudaBackend::packed_gemm_takes(const Tensor& x, const Tensor& w) const {
+  if (!packed_gemm_ || !is_packed(w)) return false;
+  const int64_t n = x.n_rows();
+  return n >= 1 && n <= kQGemmMaxBatch && qgemm_supported(qformat_of(w.dtype), static_cast<int>(n), x.n_cols(), x.data);
+}
+// Its x scratch for x.
+void* CudaBackend::packed_gemm_x(QFormat f, const Tensor& x) {
+  return scratch(qgemm_x_, qgemm_x_bytes(f, static_cast<int>(x.n_rows()), x.n_cols()));
+}
+// out (+)= x @ w^T (+ bias) on it, after whatever x's producer is has launched; stage_x false:
+// x is already staged in the scratch (packed_gemm_many).
+void CudaBackend::packed_gemm(const Tensor& x, const Tensor& w, const float* bias, float* out, bool accumulate,
+                              bool stage_x) {
+  const QFormat f = qformat_of(w.dtype);
+  const int n = static_cast<int>(x.n_rows());
+  const int64_t k = x.n_cols(), m = w.n_rows();
+  EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), n, bias, out, accumulate,
+                                plan_qgemm(f, n, m, k, num_sms_), packed_gemm_x(f, x), /*pdl=*/true, stream_, stage_x));
 }
 
 // int4 weights and 6-8 rows whose BF16 x fits beside neither ring of the staged GEMV, so that
@@ -789,13 +797,11 @@ bool CudaBackend::packed_gemm_many(const Tensor& x, std::span<const MatmulTarget
 // same switch lost 6% end to end (1,475-1,506 -> 1,388-1,410) though the kernel alone gained
 // (34.4 -> 31.1 us).
 bool CudaBackend::gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const {
-  if (!packed_gemm_ || !is_packed(w) || !x.valid() || x.dtype != DType::F32) return false;
-  const int64_t n = x.n_rows(), k = x.n_cols();
-  const QFormat f = qformat_of(w.dtype);
-  if (f != QFormat::Int4) return false;
-  const int rows = static_cast<int>(n);
-  return n >= 6 && n <= kQGemvMaxBatch && qgemm_supported(f, rows, k, x.data) && !qgemv_staged_fits(f, rows, k) &&
-         !qgemv_staged_fits_plain(f, rows, k);
+  if (!x.valid() || x.dtype != DType::F32 || !packed_gemm_takes(x, w) || w.dtype != DType::Q4_0) return false;
+  const int rows = static_cast<int>(x.n_rows());
+  const int64_t k = x.n_cols();
+  return rows >= 6 && rows <= kQGemvMaxBatch && !qgemv_staged_fits(QFormat::Int4, rows, k) &&
+         !qgemv_staged_fits_plain(QFormat::Int4, rows, k);
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,
@@ -807,11 +813,8 @@ void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const fl
   const QFormat f = qformat_of(w.dtype);
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   flush();
-  if (packed_gemm_ && n <= kQGemmMaxBatch && qgemm_supported(f, static_cast<int>(n), k, x.data)) {
-    void* xs = scratch(qgemm_x_, qgemm_x_bytes(f, static_cast<int>(n), k));
-    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), static_cast<int>(n), bias, out.as<float>(),
-                                  /*accumulate=*/false, plan_qgemm(f, static_cast<int>(n), m, k, num_sms_), xs,
-                                  /*pdl=*/true, stream_));
+  if (packed_gemm_takes(x, w)) {
+    packed_gemm(x, w, bias, out.as<float>(), /*accumulate=*/false);
     return;
   }
   static const size_t kSlabBytes = [] {  // EMBER_CUDA_DEQUANT_SLAB_MB: slab size (experiments)

@@ -240,6 +240,10 @@ class CudaBackend final : public Backend, public CudaStep {
   void matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out);
   bool gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const;
   bool packed_gemm_many(const Tensor& x, std::span<const MatmulTarget> targets);
+  bool packed_gemm_takes(const Tensor& x, const Tensor& w) const;
+  void* packed_gemm_x(QFormat f, const Tensor& x);
+  void packed_gemm(const Tensor& x, const Tensor& w, const float* bias, float* out, bool accumulate,
+                   bool stage_x = true);
   // The checks of matmul's arguments; returns the bias data (null: none).
   const float* check_matmul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
   // The GEMM x rows of x (xq_ / xconv_ scratch): written by the pending RMSNorm or GLU that

@@ -147,6 +147,8 @@ __device__ __forceinline__ void zero_tiles(float (&a)[2][NT][4]) {
 // kOffset: the mma sums (136 + q) x and 136 * (the unit's x sums at xsum, this lane's columns
 // 2t, 2t + 1 of each tile) comes off before the group scale multiplies (exact weights, three
 // instructions fewer a weight pair); else the A fragments are the BF16 values q * scale.
+// (The three cases keep their own loops over x chunks: one loop with the fragments built by a
+// shared helper spilled 4-16 bytes in two of the kernels, ptxas sm_90a.)
 template <QFormat F, int NT, bool kOffset>
 __device__ __forceinline__ void mma_wunit(const WUnit& u, const uint8_t* xs, int x_stride, const float* xsum,
                                           float (&acc)[2][NT][4]) {
