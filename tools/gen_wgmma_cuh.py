@@ -29,14 +29,14 @@ __device__ __forceinline__ void mma_ss<{ctype}, {n}>(float (&d)[{n // 8}][4], ui
 '''
 
 
-def rs(ctype, ptype, n):
+def rs(ctype, ptype, n, name, trans_b):
     regs, names, cons = acc_operands(n)
     a = ", ".join(f"%{regs + i}" for i in range(4))
     return f'''template <>
-__device__ __forceinline__ void mma_rs_nmajor<{ctype}, {n}>(float (&d)[{n // 8}][4], const uint32_t (&a)[4],
+__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{n // 8}][4], const uint32_t (&a)[4],
                                                           uint64_t desc_b) {{
   asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} {{{names}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, 1;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} {{{names}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, {trans_b};\\n"
       : {cons}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }}
@@ -51,6 +51,7 @@ def main():
 //                  (descriptors); accumulate = 0 overwrites D.
 //   mma_rs_nmajor: D += A * B, A [64 x 16] in registers (mma.m16n8k16 A fragments of each
 //                  warp's 16 rows), B [16 x N] N-major (transposed) in shared memory.
+//   mma_rs_kmajor: the same with B K-major in shared memory.
 // Compiled only for sm_90a (callers guard with EMBER_WGMMA_DEVICE).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -63,13 +64,16 @@ template <typename T, int N>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
 template <typename T, int N>
 __device__ __forceinline__ void mma_rs_nmajor(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b);
+template <typename T, int N>
+__device__ __forceinline__ void mma_rs_kmajor(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b);
 
 #if defined(EMBER_WGMMA_DEVICE)
 ''']
     for ctype, ptype in TYPES.items():
         for n in NS:
             out.append(ss(ctype, ptype, n))
-            out.append(rs(ctype, ptype, n))
+            out.append(rs(ctype, ptype, n, "mma_rs_nmajor", 1))
+            out.append(rs(ctype, ptype, n, "mma_rs_kmajor", 0))
     out.append('''#endif  // EMBER_WGMMA_DEVICE
 
 }  // namespace ember::cuda::wg

@@ -11,6 +11,7 @@
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemm.cuh"
+#include "backend/cuda/qgemm_wg.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/rows.cuh"
 
@@ -183,6 +184,23 @@ struct PackedGemvData {
   }
 };
 
+// What the backend ran for packed int4 / int8 weights past the GEMV before the packed GEMMs
+// (matmul_packed_large): x to BF16, then the weights dequantized to BF16 `slab` rows at a time
+// into wb, each slab a BF16 cuBLASLt GEMM into its output columns.
+void dequant_lt_gemm(LtGemm& lt, QFormat f, const void* w, const float* x, void* xb, void* wb, int64_t slab, float* y,
+                     int n, int64_t m, int64_t k, void* ws, cudaStream_t s) {
+  CK(launch_convert(DType::F32, x, DType::BF16, xb, n * k, s));
+  for (int64_t r0 = 0; r0 < m; r0 += slab) {
+    const int64_t nr = std::min(slab, m - r0);
+    CK(launch_qweight_dequant(f, w, m, k, nullptr, r0, nr, wb, true, false, s));
+    const Status st = lt.matmul(DType::BF16, xb, wb, y + r0, n, nr, k, ws, 32u << 20, s, k, k, m);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "cublasLt: %s\n", st.message().c_str());
+      std::exit(1);
+    }
+  }
+}
+
 // The int4 / int8 tensor-core GEMM (qgemm.cuh) at 9-64 rows against what the backend ran there
 // before it, in the same run: the weights dequantized to BF16 64 MiB at a time, each slab a
 // BF16 cuBLASLt GEMM (matmul_packed_large), plus BF16 cuBLASLt on weights already in BF16 (4x
@@ -253,16 +271,7 @@ void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
           }
         }
         const double ms_deq = time_graph(s, 4, 5, [&](int i) {
-          CK(launch_convert(DType::F32, x, DType::BF16, xb, n * sh.k, s));
-          for (int64_t r0 = 0; r0 < sh.m; r0 += slab) {
-            const int64_t nr = std::min(slab, sh.m - r0);
-            CK(launch_qweight_dequant(f, data.w[i % copies], sh.m, sh.k, nullptr, r0, nr, wb, true, false, s));
-            const Status st = lt.matmul(DType::BF16, xb, wb, y + r0, n, nr, sh.k, ws, 32u << 20, s, sh.k, sh.k, sh.m);
-            if (!st.is_ok()) {
-              std::fprintf(stderr, "cublasLt: %s\n", st.message().c_str());
-              std::exit(1);
-            }
-          }
+          dequant_lt_gemm(lt, f, data.w[i % copies], x, xb, wb, slab, y, n, sh.m, sh.k, ws, s);
         });
         report("dequantize + cublasLt bf16 (before)", ms_deq, n);
         const double ms_bf16 = time_graph(s, 4, 5, [&](int) {
@@ -270,6 +279,81 @@ void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
           if (!st.is_ok()) std::exit(1);
         });
         report("cublasLt bf16 weights (4x bytes)", ms_bf16, n);
+      }
+      for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
+    }
+  }
+  CK(cudaFree(ws));
+}
+
+// The int4 / int8 wgmma GEMM (qgemm_wg.cuh) from 64 rows up against what the backend ran there
+// before it, in the same run: the weights dequantized to BF16 64 MiB at a time, each slab a BF16
+// cuBLASLt GEMM (matmul_packed_large), plus BF16 cuBLASLt on weights already in BF16 (what bf16
+// weights cost) and, at 64 rows, the mma.sync GEMM (qgemm.cuh). TFLOP/s; the planner's k
+// slices, and at 128 / 256 rows every other slice count beside them.
+void bench_qgemm_wg(cudaStream_t s, LtGemm& lt, int sms) {
+  struct Shape { int64_t m, k; const char* what; };
+  const Shape shapes[] = {{6144, 4096, "qkv"}, {1024, 4096, "k/v proj"}, {4096, 4096, "o proj"},
+                          {14336, 4096, "gate/up"}, {4096, 14336, "down"}};
+  const int ns[] = {64, 128, 192, 256, 384, 512, 1024, 4096};
+  constexpr int kMaxN = 4096;
+  void* ws = dmalloc(32u << 20);
+  for (QFormat f : {QFormat::Int4, QFormat::Int8}) {
+    const std::string fname = f == QFormat::Int4 ? "int4" : "int8";
+    for (const auto& sh : shapes) {
+      const PackedGemvData data(f, sh.m, sh.k, 2, s);
+      const int copies = data.copies();
+      auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.k) * 4));
+      auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.m) * 4));
+      void* xq = dmalloc(std::max(qgemm_wg_x_bytes(f, kMaxN, sh.k), qgemm_x_bytes(f, 64, sh.k)));
+      void* xb = dmalloc(static_cast<size_t>(kMaxN * sh.k) * 2);
+      const int64_t slab = std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (sh.k * 2) / 16 * 16),
+                                             (sh.m + 15) / 16 * 16);
+      void* wb = dmalloc(static_cast<size_t>(slab * sh.k) * 2);
+      void* wfull = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);
+      CK(launch_fill_random(DType::F32, x, kMaxN * sh.k, 5, -1.0f, 1.0f, s));
+      CK(launch_qweight_dequant(f, data.w[0], sh.m, sh.k, nullptr, 0, sh.m, wfull, true, false, s));
+      const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
+      for (int n : ns) {
+        const int per_graph = n >= 1024 ? 4 : std::max(copies * 2, 8);
+        const int reps = n >= 1024 ? 3 : 5;
+        auto report = [&](const std::string& name, double ms) {
+          const double tf = 2.0 * n * sh.m * sh.k / (ms * 1e-3) / 1e12;
+          char note[96];
+          std::snprintf(note, sizeof note, "%.1f us", ms * 1e3);
+          result("qgemm-wg", name + " n=" + std::to_string(n) + " " + shape, tf, "TFLOP/s", note);
+        };
+        const QGemmWgPlan plan = plan_qgemm_wg(f, n, sh.m, sh.k, sms);
+        report("ember " + fname + " wgmma GEMM (" + std::to_string(plan.splits) + " k slices)",
+               time_graph(s, per_graph, reps, [&](int i) {
+                 CK(launch_qgemm_wg(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, plan, xq, true, s));
+               }));
+        if (n == 128 || n == 256 || n == 512) {
+          const int units = static_cast<int>(qweight_k_pad(f, sh.k) / qformat_unit(f));
+          for (int splits : {1, 2, 4, 8}) {
+            QGemmWgPlan alt;
+            alt.units = (units + splits - 1) / splits;
+            alt.splits = (units + alt.units - 1) / alt.units;
+            if (alt.splits == plan.splits || alt.splits != splits) continue;
+            report("ember " + fname + " wgmma GEMM cut " + std::to_string(splits) + " slices",
+                   time_graph(s, per_graph, reps, [&](int i) {
+                     CK(launch_qgemm_wg(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, alt, xq, true, s));
+                   }));
+          }
+        }
+        if (n == 64) {
+          const QGemmPlan qp = plan_qgemm(f, n, sh.m, sh.k, sms);
+          report("ember " + fname + " mma.sync GEMM", time_graph(s, per_graph, reps, [&](int i) {
+                   CK(launch_qgemm(f, data.w[i % copies], sh.m, sh.k, x, n, nullptr, y, false, qp, xq, true, s));
+                 }));
+        }
+        report("dequantize + cublasLt bf16 (before)", time_graph(s, per_graph, reps, [&](int i) {
+                 dequant_lt_gemm(lt, f, data.w[i % copies], x, xb, wb, slab, y, n, sh.m, sh.k, ws, s);
+               }));
+        report("cublasLt bf16 weights", time_graph(s, per_graph, reps, [&](int) {
+                 const Status st = lt.matmul(DType::BF16, xb, wfull, y, n, sh.m, sh.k, ws, 32u << 20, s);
+                 if (!st.is_ok()) std::exit(1);
+               }));
       }
       for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
     }
@@ -772,10 +856,12 @@ void profile_decode_once(cudaStream_t s, int sms) {
 }
 
 // One packed-GEMM shape for ncu (`ncu -k regex:qgemm_kernel --launch-skip 10 --launch-count
-// 1`): `qgemm-one int4|int8 M K N`, 20 launches with the planner's cut.
-void profile_qgemm_one(cudaStream_t s, int sms, int argc, char** argv) {
+// 1`): `qgemm-one int4|int8 M K N`, 20 launches with the planner's cut; `qgemm-wg-one` the
+// same for the wgmma GEMM (`-k regex:qgemm_wg_kernel`).
+void profile_qgemm_one(cudaStream_t s, int sms, int argc, char** argv, bool wg) {
+  const char* mode = wg ? "qgemm-wg-one" : "qgemm-one";
   if (argc < 6) {
-    std::fprintf(stderr, "usage: qgemm-one int4|int8 M K N\n");
+    std::fprintf(stderr, "usage: %s int4|int8 M K N\n", mode);
     std::exit(2);
   }
   const std::string fs = argv[2];
@@ -785,14 +871,18 @@ void profile_qgemm_one(cudaStream_t s, int sms, int argc, char** argv) {
   const PackedGemvData data(f, m, k, 3, s);
   auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(n * k) * 4));
   auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(n * m) * 4));
-  void* xq = dmalloc(qgemm_x_bytes(f, n, k));
+  void* xq = dmalloc(wg ? qgemm_wg_x_bytes(f, n, k) : qgemm_x_bytes(f, n, k));
   CK(launch_fill_random(DType::F32, x, n * k, 5, -1.0f, 1.0f, s));
   const QGemmPlan plan = plan_qgemm(f, n, m, k, sms);
-  for (int i = 0; i < 20; ++i)
-    CK(launch_qgemm(f, data.w[i % data.copies()], m, k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
+  const QGemmWgPlan wg_plan = plan_qgemm_wg(f, n, m, k, sms);
+  for (int i = 0; i < 20; ++i) {
+    const void* w = data.w[i % data.copies()];
+    CK(wg ? launch_qgemm_wg(f, w, m, k, x, n, nullptr, y, false, wg_plan, xq, /*pdl=*/true, s)
+          : launch_qgemm(f, w, m, k, x, n, nullptr, y, false, plan, xq, /*pdl=*/true, s));
+  }
   CK(cudaStreamSynchronize(s));
-  std::printf("qgemm-one %s %lldx%lld n=%d (%d k slices): 20 launches\n", fs.c_str(), static_cast<long long>(m),
-              static_cast<long long>(k), n, plan.splits);
+  std::printf("%s %s %lldx%lld n=%d (%d k slices): 20 launches\n", mode, fs.c_str(), static_cast<long long>(m),
+              static_cast<long long>(k), n, wg ? wg_plan.splits : plan.splits);
   for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq}) CK(cudaFree(p));
 }
 
@@ -852,8 +942,8 @@ int main(int argc, char** argv) {
     profile_qgemv_one(s, argc, argv);
     return 0;
   }
-  if (only == "qgemm-one") {
-    profile_qgemm_one(s, prop.multiProcessorCount, argc, argv);
+  if (only == "qgemm-one" || only == "qgemm-wg-one") {
+    profile_qgemm_one(s, prop.multiProcessorCount, argc, argv, only == "qgemm-wg-one");
     return 0;
   }
   if (only == "prefill-one") {
@@ -868,6 +958,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "gemv") bench_gemv(s, copy, **lt);
   if (only.empty() || only == "gemv" || only == "qgemv") bench_qgemv(s, copy, **lt);
   if (only.empty() || only == "qgemm") bench_qgemm(s, copy, **lt, prop.multiProcessorCount);
+  if (only == "qgemm-wg") bench_qgemm_wg(s, **lt, prop.multiProcessorCount);
   if (only == "profile") {
     profile_once(s, prop.multiProcessorCount);
     return 0;

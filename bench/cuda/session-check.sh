@@ -9,7 +9,8 @@
 #   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv),
 #   SMALL_BATCH (weight formats of an 8 x 128/256 run at concurrency 8; default none),
 #   MID_BATCH (weight formats of a 32 x 128/256 run at concurrency 32, where int4 / int8 decode
-#   steps take the packed GEMM; default none).
+#   steps take the packed GEMM; default none), LARGE_BATCH (weight formats of 128 and 256 x
+#   128/256 runs, where they take the wgmma GEMM; default none).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${DEB_DIR:-$root/.devdeps}
@@ -59,6 +60,13 @@ for fmt in ${MID_BATCH:-}; do
   timeout 90 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --num-requests 32 \
     --concurrency 32 --input-len 128 --output-len 256 --max-num-seqs 32 >>"$logs/mid-batch.log" 2>&1
   note "32 x 128/256 at concurrency 32, weights $fmt: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms) ' "$logs/mid-batch.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+done
+for fmt in ${LARGE_BATCH:-}; do
+  for c in 128 256; do
+    timeout 90 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --num-requests $c \
+      --concurrency $c --input-len 128 --output-len 256 --max-num-seqs $c >>"$logs/large-batch.log" 2>&1
+    note "$c x 128/256 at concurrency $c, weights $fmt: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms) ' "$logs/large-batch.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
+  done
 done
 echo "================ summary ($(( $(date +%s) - start )) s) ================"
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"

@@ -6,6 +6,7 @@
 // outputs poisoned with NaN first.
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemm.cuh"
+#include "backend/cuda/qgemm_wg.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "cuda_test_util.h"
 #include "quant/fp8.h"
@@ -391,7 +392,8 @@ TEST(CudaQuant, MatmulManySideStreamsEqualOneByOne) {
 // matmul_accumulate (acc += x @ w^T, the out projections of Llama-style layers): the GEMM
 // paths add into acc inside cuBLASLt (FP8 with its scales, split-k at k >= 8192 leaving a
 // pending add that a following RMSNorm of acc takes; BF16), the packed GEMV in its epilogue
-// (1-8 rows); the BF16 GEMV declines. Against acc + matmul, and the RMSNorm that follows
+// (1-8 rows), the packed int4 / int8 GEMMs in theirs (9-1024 / 9-384 rows; past that the
+// dequantizing fallback declines); the BF16 GEMV declines. Against acc + matmul, and the RMSNorm that follows
 // against one of the reference sum.
 TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
   SKIP_WITHOUT_GPU();
@@ -404,8 +406,9 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
   const Case cases[] = {{"fp8", 136, 520, 24, true},  {"fp8", 136, 520, 700, true}, {"fp8", 72, 8200, 252, true},
                         {"fp8", 72, 8200, 600, true}, {"fp8", 136, 520, 3, true},   {"bf16", 136, 520, 24, true},
                         {"bf16", 136, 520, 3, false}, {"int4", 136, 520, 8, true},  {"int8", 72, 4096, 1, true},
-                        {"bf16", 72, 4096, 4, false}, {"int4", 136, 520, 24, true}, {"int4", 136, 520, 65, false},
-                        {"int8", 72, 4096, 40, true}, {"int4", 136, 14336, 8, true}};
+                        {"bf16", 72, 4096, 4, false}, {"int4", 136, 520, 24, true}, {"int4", 136, 520, 65, true},
+                        {"int8", 72, 4096, 40, true}, {"int4", 136, 14336, 8, true}, {"int4", 136, 520, 300, true},
+                        {"int4", 136, 520, 1100, false}, {"int8", 72, 4096, 200, true}, {"int8", 72, 4096, 400, false}};
   uint32_t seed = 1200;
   for (const Case& c : cases) {
     const Tensor w = gpu_weight(c.format, c.m, c.k, seed++);
@@ -771,6 +774,83 @@ TEST(CudaQuant, PackedGemmMatchesReference) {
   EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Fp8, 16, 256, nullptr));
   EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Int4, 16, 260, nullptr));
   EXPECT_FALSE(cuda::qgemm_supported(cuda::QFormat::Int8, 65, 256, nullptr));
+}
+
+// The wgmma GEMM for many rows (qgemm_wg.cuh): int4 multiplies BF16 q * scale with BF16 x, int8
+// exact q with F16 x; every k slice count up to 8 (clusters), partial 128-row tiles of x and of
+// the weights, accumulate and bias, and a second matrix reading the x staged for the first.
+TEST(CudaQuant, PackedWgmmaGemmMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::qgemm_wg_available(0)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  struct Case {
+    int64_t m, k;
+    int n;
+  };
+  const Case cases[] = {{37, 200, 65},    {130, 1032, 128}, {301, 520, 129}, {260, 4104, 200},
+                        {129, 3000, 300}, {1000, 264, 100}, {77, 13000, 70}};
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  uint32_t seed = 2900;
+  for (const char* fmt : {"int4", "int8"}) {
+    const cuda::QFormat f = qformat(fmt);
+    for (const Case& c : cases) {
+      Packed p = make_packed(fmt, c.m, c.k, seed++);
+      Packed p2 = make_packed(fmt, c.m, c.k, seed++);
+      const bool int4 = f == cuda::QFormat::Int4;
+      // int4: the BF16 values q * scale (the dequantizing fallback's); int8: exact q * scale.
+      auto weights = [&](const Packed& pk) {
+        std::vector<float> wv(pk.dec.size());
+        for (size_t i = 0; i < wv.size(); ++i) wv[i] = int4 ? cuda_test::round_to(DType::BF16, pk.dec[i]) : pk.dec[i];
+        return wv;
+      };
+      const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++, -2.0f, 1.5f);
+      const auto bs = random_floats(static_cast<size_t>(c.m), seed++);
+      const auto acc0 = random_floats(static_cast<size_t>(c.n * c.m), seed++, -4.0f, 4.0f);
+      auto x = dev_floats(xs, {c.n, c.k});
+      auto bias = dev_floats(bs, {c.m});
+      const DType xt = gemv_x(fmt);  // BF16, F16 for int8
+      const auto ref = reference(xs, weights(p), bs.data(), c.n, c.m, c.k, true, xt);
+      const auto ref2 = reference(xs, weights(p2), nullptr, c.n, c.m, c.k, true, xt);
+      auto xq = dev_tensor(DType::I8, {static_cast<int64_t>(cuda::qgemm_wg_x_bytes(f, c.n, c.k))});
+      const int units = static_cast<int>(cuda::qweight_k_pad(f, c.k) / cuda::qformat_unit(f));
+      std::vector<cuda::QGemmWgPlan> plans{cuda::plan_qgemm_wg(f, c.n, c.m, c.k, sms)};
+      for (int splits : {1, 2, 3, 8}) {
+        if (splits > units) continue;
+        cuda::QGemmWgPlan pl;
+        pl.units = (units + splits - 1) / splits;
+        pl.splits = (units + pl.units - 1) / pl.units;
+        plans.push_back(pl);
+      }
+      for (const cuda::QGemmWgPlan& pl : plans) {
+        for (bool accumulate : {false, true}) {
+          auto out = accumulate ? dev_floats(acc0, {c.n, c.m}) : dev_tensor(DType::F32, {c.n, c.m});
+          auto out2 = dev_tensor(DType::F32, {c.n, c.m});
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cuda::launch_qgemm_wg(f, p.t.data, c.m, c.k, static_cast<const float*>(x.t.data), c.n,
+                                          static_cast<const float*>(bias.t.data), static_cast<float*>(out.t.data),
+                                          accumulate, pl, xq.t.data, /*pdl=*/false, nullptr),
+                    cudaSuccess);
+          ASSERT_EQ(cuda::launch_qgemm_wg(f, p2.t.data, c.m, c.k, static_cast<const float*>(x.t.data), c.n, nullptr,
+                                          static_cast<float*>(out2.t.data), false, pl, xq.t.data, /*pdl=*/true,
+                                          nullptr, /*stage_x=*/false),
+                    cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<double> want = ref;
+          if (accumulate)
+            for (size_t i = 0; i < want.size(); ++i) want[i] += acc0[i];
+          const std::string what = std::string(fmt) + " m " + std::to_string(c.m) + " k " + std::to_string(c.k) +
+                                   " n " + std::to_string(c.n) + " splits " + std::to_string(pl.splits) +
+                                   (accumulate ? " accumulate" : "");
+          EXPECT_LE(rel(download_floats(out.t), want), 4e-5) << what;
+          EXPECT_LE(rel(download_floats(out2.t), ref2), 4e-5) << what << " (x staged before)";
+        }
+      }
+    }
+  }
+  // What it declines: FP8 (cuBLASLt's FP8 GEMM takes it), k % 8 != 0.
+  EXPECT_FALSE(cuda::qgemm_wg_supported(cuda::QFormat::Fp8, 128, 256, nullptr));
+  EXPECT_FALSE(cuda::qgemm_wg_supported(cuda::QFormat::Int4, 128, 260, nullptr));
+  EXPECT_TRUE(cuda::qgemm_wg_supported(cuda::QFormat::Int8, 4096, 256, nullptr));
 }
 
 // q/k/v-style segments and gate/up + GLU through each kernel, with more tiles than resident blocks.

@@ -8,6 +8,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/nccl_group.h"
 #include "backend/cuda/qgemm.cuh"
+#include "backend/cuda/qgemm_wg.cuh"
 #include "backend/cuda/rows.cuh"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -128,6 +129,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->accumulate_gemms_ = switched_on("EMBER_CUDA_ACCUMULATE");
   be->lean_glu_ = switched_on("EMBER_CUDA_LEAN_GLU");
   be->packed_gemm_ = switched_on("EMBER_CUDA_QGEMM") && qgemm_available(device);
+  be->packed_wg_ = switched_on("EMBER_CUDA_QGEMM_WG") && qgemm_wg_available(device);
+  if (const char* v = std::getenv("EMBER_CUDA_QGEMM_WG_MAX_ROWS")) be->packed_wg_max_rows_ = std::max(0, std::atoi(v));
   be->stage_x_once_ = switched_on("EMBER_CUDA_QGEMM_STAGE_ONCE");
   be->fold_norm_ = switched_on("EMBER_CUDA_FOLD_NORM");
   EMBER_CUDA_TRY(cudaEventCreateWithFlags(&be->fork_event_, cudaEventDisableTiming));
@@ -762,22 +765,33 @@ bool CudaBackend::packed_gemm_many(const Tensor& x, std::span<const MatmulTarget
     biases[i] = check_matmul(x, *targets[i].w, targets[i].bias, *targets[i].out);
   flush();
   const QFormat f = qformat_of(wtype);
-  EMBER_CUDA_CHECK(launch_qgemm_stage_x(f, x.as<float>(), static_cast<int>(x.n_rows()), x.n_cols(),
-                                        packed_gemm_x(f, x), /*pdl=*/true, stream_));
+  const int n = static_cast<int>(x.n_rows());
+  EMBER_CUDA_CHECK(n <= kQGemmMaxBatch
+                       ? launch_qgemm_stage_x(f, x.as<float>(), n, x.n_cols(), packed_gemm_x(f, x), /*pdl=*/true, stream_)
+                       : launch_qgemm_wg_stage_x(f, x.as<float>(), n, x.n_cols(), packed_gemm_x(f, x), /*pdl=*/true,
+                                                 stream_));
   for (size_t i = 0; i < targets.size(); ++i)
     packed_gemm(x, *targets[i].w, biases[i], targets[i].out->as<float>(), /*accumulate=*/false, /*stage_x=*/false);
   return true;
 }
 
-// The packed tensor-core GEMM (qgemm.cuh) takes int4 / int8 weights up to kQGemmMaxBatch rows.
+// The packed tensor-core GEMMs take int4 / int8 weights: the mma.sync one (qgemm.cuh) up to
+// kQGemmMaxBatch rows, the wgmma one (qgemm_wg.cuh) past that up to 1024 rows (int4) / 384
+// (int8). Beyond those, dequantizing for cuBLASLt's BF16 GEMM is faster (H200, one Llama-3-8B
+// layer's GEMMs, bench_cuda_kernels qgemm-wg: int4 10% faster than the fallback at 1024 rows,
+// 15% slower at 4096; int8 7% faster at 384 rows, 13% slower at 512).
 bool CudaBackend::packed_gemm_takes(const Tensor& x, const Tensor& w) const {
-  if (!packed_gemm_ || !is_packed(w)) return false;
-  const int64_t n = x.n_rows();
-  return n >= 1 && n <= kQGemmMaxBatch && qgemm_supported(qformat_of(w.dtype), static_cast<int>(n), x.n_cols(), x.data);
+  if (!packed_gemm_ || !is_packed(w) || x.n_rows() > (int64_t{1} << 24)) return false;
+  const QFormat f = qformat_of(w.dtype);
+  const int n = static_cast<int>(x.n_rows());
+  if (n <= kQGemmMaxBatch) return n >= 1 && qgemm_supported(f, n, x.n_cols(), x.data);
+  const int max_rows = packed_wg_max_rows_ > 0 ? packed_wg_max_rows_ : f == QFormat::Int4 ? 1024 : 384;
+  return packed_wg_ && n <= max_rows && qgemm_wg_supported(f, n, x.n_cols(), x.data);
 }
-// Its x scratch for x.
+// The x scratch of the GEMM that takes x.
 void* CudaBackend::packed_gemm_x(QFormat f, const Tensor& x) {
-  return scratch(qgemm_x_, qgemm_x_bytes(f, static_cast<int>(x.n_rows()), x.n_cols()));
+  const int n = static_cast<int>(x.n_rows());
+  return scratch(qgemm_x_, n <= kQGemmMaxBatch ? qgemm_x_bytes(f, n, x.n_cols()) : qgemm_wg_x_bytes(f, n, x.n_cols()));
 }
 // out (+)= x @ w^T (+ bias) on it, after whatever x's producer is has launched; stage_x false:
 // x is already staged in the scratch (packed_gemm_many).
@@ -786,8 +800,14 @@ void CudaBackend::packed_gemm(const Tensor& x, const Tensor& w, const float* bia
   const QFormat f = qformat_of(w.dtype);
   const int n = static_cast<int>(x.n_rows());
   const int64_t k = x.n_cols(), m = w.n_rows();
-  EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), n, bias, out, accumulate,
-                                plan_qgemm(f, n, m, k, num_sms_), packed_gemm_x(f, x), /*pdl=*/true, stream_, stage_x));
+  if (n <= kQGemmMaxBatch) {
+    EMBER_CUDA_CHECK(launch_qgemm(f, w.data, m, k, x.as<float>(), n, bias, out, accumulate,
+                                  plan_qgemm(f, n, m, k, num_sms_), packed_gemm_x(f, x), /*pdl=*/true, stream_, stage_x));
+    return;
+  }
+  EMBER_CUDA_CHECK(launch_qgemm_wg(f, w.data, m, k, x.as<float>(), n, bias, out, accumulate,
+                                   plan_qgemm_wg(f, n, m, k, num_sms_), packed_gemm_x(f, x), /*pdl=*/true, stream_,
+                                   stage_x));
 }
 
 // int4 weights and 6-8 rows whose BF16 x fits beside neither ring of the staged GEMV, so that
@@ -805,10 +825,10 @@ bool CudaBackend::gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const 
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,
-// fp8_gemm): int4 and int8 up to kQGemmMaxBatch rows through the tensor-core GEMM (qgemm.cuh,
-// reads the weights once); past that (or FP8 when cuBLASLt declines) dequantized to BF16 a slab
-// of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns. (int8 weights
-// with x quantized to int8 per row through an IMMA GEMM for prompts is future work.)
+// fp8_gemm): int4 and int8 through the tensor-core GEMMs that read the weights once
+// (packed_gemm_takes); past their rows (or FP8 when cuBLASLt declines) dequantized to BF16 a
+// slab of rows at a time, each slab one BF16 cuBLASLt GEMM into its output columns. (int8
+// weights with x quantized to int8 per row through an IMMA GEMM for prompts is future work.)
 void CudaBackend::matmul_packed_large(const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
   const QFormat f = qformat_of(w.dtype);
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();

@@ -288,6 +288,10 @@ class CudaBackend final : public Backend, public CudaStep {
   bool bf16_gemm_out_ok_ = true;  // cuBLASLt took the BF16-output GEMM
   bool lean_glu_ = true;          // EMBER_CUDA_LEAN_GLU=0: ignore read-once hints (A/B runs)
   bool packed_gemm_ = true;         // EMBER_CUDA_QGEMM=0: int4 / int8 past the GEMV dequantized to BF16 (A/B runs)
+  bool packed_wg_ = true;           // EMBER_CUDA_QGEMM_WG=0: past 64 rows dequantized to BF16 (A/B runs)
+  // Rows of x up to which the wgmma GEMM takes int4 / int8 (0: the defaults in
+  // packed_gemm_takes; EMBER_CUDA_QGEMM_WG_MAX_ROWS sets both).
+  int packed_wg_max_rows_ = 0;
   bool stage_x_once_ = true;        // EMBER_CUDA_QGEMM_STAGE_ONCE=0: each packed GEMM of one x stages it (A/B runs)
   // EMBER_CUDA_FOLD_NORM=0: packed GEMVs neither add into a residual nor fold the norm after
   // it in (A/B runs).

@@ -20,6 +20,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/qgemm.cuh"
+#include "backend/cuda/qgemm_common.cuh"
 #include "backend/cuda/smem_limit.h"
 
 #include <cooperative_groups.h>
@@ -35,6 +36,7 @@ namespace ember::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace qgemm_detail;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -93,15 +95,6 @@ struct Params {
   int splits = 1;
   bool accumulate = false;
 };
-
-// Nibble pair p of word w (elements 2p, 2p + 1 of its 8) as BF16 q * s (s2: the scale twice;
-// 136 comes off exactly, the product rounds once).
-__device__ __forceinline__ uint32_t i4_scaled(uint32_t w, int p, __nv_bfloat162 s2) {
-  uint32_t v = i4pair(w, p);
-  const __nv_bfloat162 off = __halves2bfloat162(__ushort_as_bfloat16(0x4308), __ushort_as_bfloat16(0x4308));
-  __nv_bfloat162 b = __hmul2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), off), s2);
-  return *reinterpret_cast<uint32_t*>(&b);
-}
 
 // One unit of a warp's weights: lane slices of rows g, g + 8 of m16 tiles 0 and 1, and their scales.
 struct WUnit {
@@ -382,42 +375,11 @@ __global__ void __launch_bounds__(kThreads, blocks_of(NT)) qgemm_kernel(const Pa
         const int col = j * 8 + 2 * t + v % 2;
         red[col * kRedStride + r] = acc[mt][j][v];
       }
-  cg::cluster_group cluster = cg::this_cluster();
-  if (A.splits > 1) cluster.sync();
+  if (A.splits > 1) cg::this_cluster().sync();
   else __syncthreads();
-  // Block `split` finishes rows [r_lo, r_hi) of the row block (contiguous, whole float4s, so
-  // the stores of a warp coalesce), adding the slices in slice order: each thread issues all
-  // its slices' float4 loads before it adds (one distributed-shared-memory round trip).
-  const int r_lo = split * (kQGemmRows / 4) / A.splits * 4, r_hi = (split + 1) * (kQGemmRows / 4) / A.splits * 4;
-  const int quads = (r_hi - r_lo) / 4;
-  for (int e = threadIdx.x; e < A.n * quads; e += kThreads) {
-    const int col = e / quads, r = r_lo + 4 * (e % quads);
-    float4 part[kQGemmMaxSplits];
-#pragma unroll
-    for (int q = 0; q < kQGemmMaxSplits; ++q)
-      if (q < A.splits)
-        part[q] = *reinterpret_cast<const float4*>((A.splits > 1 ? cluster.map_shared_rank(red, q) : red) +
-                                                   col * kRedStride + r);
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int q = 0; q < kQGemmMaxSplits; ++q)
-      if (q < A.splits) {
-        sum.x += part[q].x;
-        sum.y += part[q].y;
-        sum.z += part[q].z;
-        sum.w += part[q].w;
-      }
-    const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = int64_t{rb} * kQGemmRows + r + i;
-      if (row >= A.m) break;
-      float y = v[i] + (A.bias ? A.bias[row] : 0.0f);
-      float* o = A.out + int64_t{col} * A.m + row;
-      *o = A.accumulate ? *o + y : y;
-    }
-  }
-  if (A.splits > 1) cluster.sync();  // no block leaves while another reads its shared memory
+  sum_slices_and_store<kQGemmRows, kRedStride, kQGemmMaxSplits, kThreads>(red, split, A.splits, A.n, int64_t{rb} * kQGemmRows,
+                                                                       A.m, A.bias, A.out, A.accumulate);
+  if (A.splits > 1) cg::this_cluster().sync();  // no block leaves while another reads its shared memory
 #endif
 }
 
@@ -447,27 +409,8 @@ cudaError_t launch_nt(const Params& A, int splits, int64_t row_blocks, bool pdl,
   if (splits > 8) {  // clusters of 9-16 blocks are "non-portable" (Hopper has them)
     if (const cudaError_t e = allow_large_clusters(reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(row_blocks));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int na = 0;
-  attr[na].id = cudaLaunchAttributeClusterDimension;
-  attr[na].val.clusterDim.x = static_cast<unsigned>(splits);
-  attr[na].val.clusterDim.y = 1;
-  attr[na].val.clusterDim.z = 1;
-  ++na;
-  if (pdl) {
-    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[na].val.programmaticStreamSerializationAllowed = 1;
-    ++na;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = static_cast<unsigned>(na);
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, A);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_clustered(kernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(row_blocks)), kThreads, smem,
+                          static_cast<unsigned>(splits), pdl, stream, A);
 }
 
 cudaError_t launch_cut(QFormat f, const Params& A, int n_pad, bool offset, int splits, int64_t row_blocks, bool pdl,
@@ -486,11 +429,6 @@ cudaError_t launch_cut(QFormat f, const Params& A, int n_pad, bool offset, int s
     case 32: return launch_nt<QFormat::Int4, 4, false>(A, splits, row_blocks, pdl, stream);
     default: return launch_nt<QFormat::Int4, 8, false>(A, splits, row_blocks, pdl, stream);
   }
-}
-
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
 }
 
 }  // namespace
@@ -566,8 +504,7 @@ cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const f
     return cudaErrorInvalidValue;
   const int n_pad = n_pad_of(n);
   const int units_total = static_cast<int>(qweight_k_pad(f, k) / unit_elems(f));
-  if (int64_t{plan.units} * plan.splits < units_total || int64_t{plan.units} * (plan.splits - 1) >= units_total)
-    return cudaErrorInvalidValue;
+  if (!cut_covers(units_total, plan.units, plan.splits)) return cudaErrorInvalidValue;
   auto* xq = static_cast<uint8_t*>(x_scratch);
   auto* xsum = reinterpret_cast<float*>(xq + static_cast<size_t>(n_pad) * units_total * x_unit_bytes(f));
   if (stage_x) {

@@ -1,0 +1,106 @@
+#pragma once
+// What the two packed GEMMs (qgemm.cu on mma.sync, qgemm_wg.cu on wgmma) share: the int4
+// weight pair as BF16 q * scale, the k slices' sums added in slice order across a thread-block
+// cluster (distributed shared memory), and the launch of a clustered grid.
+#include "backend/cuda/mma_util.cuh"
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+namespace ember::cuda::qgemm_detail {
+
+// Nibble pair p of int4 word w as BF16 q * s (s2: the scale twice; 136 comes off exactly, the
+// product rounds once: the value the dequantizing fallback stores).
+__device__ __forceinline__ uint32_t i4_scaled(uint32_t w, int p, __nv_bfloat162 s2) {
+  uint32_t v = i4pair(w, p);
+  const __nv_bfloat162 off = __halves2bfloat162(__ushort_as_bfloat16(0x4308), __ushort_as_bfloat16(0x4308));
+  __nv_bfloat162 b = __hmul2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), off), s2);
+  return *reinterpret_cast<uint32_t*>(&b);
+}
+
+// After every block of the cluster has written its slice's partial sums of a tile of kRows
+// weight rows into red [column][kStride] and synced the cluster (a plain block barrier when
+// splits == 1): block `split` finishes rows [r0, r1) of the tile (contiguous, whole float4s, so
+// a warp's stores coalesce) for columns 0..cols-1, adding the slices in slice order (each
+// thread issues all its loads before it adds: one distributed-shared-memory round trip), so
+// the result does not depend on timing. out [column][m] from row0 (+ bias; += when accumulate).
+template <int kRows, int kStride, int kMaxSplits, int kThreads>
+__device__ __forceinline__ void sum_slices_and_store(const float* red, int split, int splits, int cols, int64_t row0,
+                                                     int64_t m, const float* bias, float* out, bool accumulate) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int r0 = split * (kRows / 4) / splits * 4, r1 = (split + 1) * (kRows / 4) / splits * 4;
+  const int quads = (r1 - r0) / 4;
+  for (int e = threadIdx.x; e < cols * quads; e += kThreads) {
+    const int col = e / quads, r = r0 + 4 * (e % quads);
+    float4 part[kMaxSplits];
+#pragma unroll
+    for (int q = 0; q < kMaxSplits; ++q)
+      if (q < splits)
+        part[q] = *reinterpret_cast<const float4*>(
+            (splits > 1 ? cluster.map_shared_rank(const_cast<float*>(red), q) : red) + col * kStride + r);
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int q = 0; q < kMaxSplits; ++q)
+      if (q < splits) {
+        sum.x += part[q].x;
+        sum.y += part[q].y;
+        sum.z += part[q].z;
+        sum.w += part[q].w;
+      }
+    const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = row0 + r + i;
+      if (row >= m) break;
+      const float y = v[i] + (bias ? bias[row] : 0.0f);
+      float* o = out + int64_t{col} * m + row;
+      *o = accumulate ? *o + y : y;
+    }
+  }
+}
+
+// kernel<<<grid, threads, smem, stream>>>(args) with clusters of cluster_x blocks along x, a
+// programmatic dependent of the stream's previous kernel when pdl.
+template <typename Kernel, typename Args>
+cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, size_t smem, unsigned cluster_x, bool pdl,
+                             cudaStream_t stream, const Args& args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  attr[na].id = cudaLaunchAttributeClusterDimension;
+  attr[na].val.clusterDim.x = cluster_x;
+  attr[na].val.clusterDim.y = 1;
+  attr[na].val.clusterDim.z = 1;
+  ++na;
+  if (pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = static_cast<unsigned>(na);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+// Whether `splits` k slices of `units` units each cover units_total units, every slice non-empty.
+inline bool cut_covers(int units_total, int units, int splits) {
+  return int64_t{units} * splits >= units_total && int64_t{units} * (splits - 1) < units_total;
+}
+
+// An integer from the environment (0 when unset): the GEMMs' experiment overrides.
+inline int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
+}  // namespace ember::cuda::qgemm_detail
