@@ -447,7 +447,8 @@ TEST(CudaModel, LargeShapesMatchCpu) {
 }
 
 // Weight-only int4 / fp8 / int8 (quantized at load) against BF16 weights on the GPU, same checkpoint:
-// a 3-sequence prompt batch (the large-batch GEMM path), then batch-3 and batch-1 decode steps
+// a 3-sequence prompt batch (the large-batch GEMM paths: 3 x 24 rows take int4 / int8's wgmma
+// GEMM on the fixtures, 3 x 40 on the 8B shapes), then batch-3 and batch-1 decode steps
 // (the tensor-core GEMV, fused q/k/v and gate/up+GLU, graphs) and fused vs unfused launches.
 // Bounds: the quantization error of random tiny models (int4 RTN of uniform weights is ~6% per
 // matrix), not exactness; fused vs unfused must agree to rounding. The fused runner takes the
@@ -524,12 +525,14 @@ TEST(CudaModel, QuantizedWeightsNearBf16) {
   for (const char* m : {"llama3/hf-bf16", "qwen3/hf", "gemma3/hf", "llama_q/model-q4_0.gguf"}) {
     const std::string path = kFixtures + "/" + m;
     if (!std::ifstream(path + "/config.json") && !std::ifstream(path)) continue;
-    // (measured on an H200: int4 0.45-0.62, fp8 0.16-0.24 on these 64-wide random models)
-    EXPECT_LE(quantized_vs_bf16(path, "int4", 20, 6), 0.75) << m;
-    EXPECT_LE(quantized_vs_bf16(path, "fp8", 20, 6), 0.3) << m;
+    // (measured on an H200: int4 0.45-0.62, fp8 0.16-0.24 on these 64-wide random models with
+    // 3 x 20-row prompts; 0.43-0.66 and 0.17-0.25 at 3 x 24, session 17)
+    EXPECT_LE(quantized_vs_bf16(path, "int4", 24, 6), 0.75) << m;
+    EXPECT_LE(quantized_vs_bf16(path, "fp8", 24, 6), 0.3) << m;
     // int8 (per-row RTN: ~0.4% rms per matrix, ~7x below e4m3's ~2.5-3%; plus the BF16 rounding
-    // of the dequantized weights on the prompt path): measured 0.037-0.069 on an H200.
-    EXPECT_LE(quantized_vs_bf16(path, "int8", 20, 6), 0.1) << m;
+    // of the dequantized weights on the prompt path): measured 0.037-0.069 on an H200 (3 x 20
+    // rows), 0.036-0.061 at 3 x 24 rows (x in F16 and exact weights on the wgmma GEMM).
+    EXPECT_LE(quantized_vs_bf16(path, "int8", 24, 6), 0.1) << m;
   }
   // A weight format off the GPU is an error, not silently ignored.
   RunnerOptions o;
