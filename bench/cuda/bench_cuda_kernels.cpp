@@ -201,6 +201,35 @@ void dequant_lt_gemm(LtGemm& lt, QFormat f, const void* w, const float* x, void*
   }
 }
 
+// What the packed-GEMM benches hold for one shape: x [max_n, k] F32 (random) and room for its
+// BF16 copy, y [max_n, m], the packed GEMMs' x scratch (xq_bytes), and for the peers the
+// fallback's dequantized slab (dequant_lt_gemm) and one BF16 copy of the weights w.
+struct GemmBenchBuffers {
+  float* x = nullptr;
+  float* y = nullptr;
+  void* xq = nullptr;
+  void* xb = nullptr;
+  void* wb = nullptr;
+  void* wfull = nullptr;
+  int64_t slab = 0;
+  GemmBenchBuffers(QFormat f, const void* w, int64_t m, int64_t k, int max_n, size_t xq_bytes, cudaStream_t s)
+      : slab(std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (k * 2) / 16 * 16), (m + 15) / 16 * 16)) {
+    x = static_cast<float*>(dmalloc(static_cast<size_t>(max_n * k) * 4));
+    y = static_cast<float*>(dmalloc(static_cast<size_t>(max_n * m) * 4));
+    xq = dmalloc(xq_bytes);
+    xb = dmalloc(static_cast<size_t>(max_n * k) * 2);
+    wb = dmalloc(static_cast<size_t>(slab * k) * 2);
+    wfull = dmalloc(static_cast<size_t>(m * k) * 2);
+    CK(launch_fill_random(DType::F32, x, max_n * k, 5, -1.0f, 1.0f, s));
+    CK(launch_qweight_dequant(f, w, m, k, nullptr, 0, m, wfull, true, false, s));
+  }
+  GemmBenchBuffers(const GemmBenchBuffers&) = delete;
+  GemmBenchBuffers& operator=(const GemmBenchBuffers&) = delete;
+  ~GemmBenchBuffers() {
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
+  }
+};
+
 // The int4 / int8 tensor-core GEMM (qgemm.cuh) at 9-64 rows against what the backend ran there
 // before it, in the same run: the weights dequantized to BF16 64 MiB at a time, each slab a
 // BF16 cuBLASLt GEMM (matmul_packed_large), plus BF16 cuBLASLt on weights already in BF16 (4x
@@ -218,16 +247,11 @@ void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
       const PackedGemvData data(f, sh.m, sh.k, 2, s);
       const int copies = data.copies();
       const int per_graph = std::max(copies * 2, 8);
-      auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.k) * 4));
-      auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.m) * 4));
-      void* xq = dmalloc(qgemm_x_bytes(f, kMaxN, sh.k));
-      void* xb = dmalloc(static_cast<size_t>(kMaxN * sh.k) * 2);
-      const int64_t slab = std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (sh.k * 2) / 16 * 16),
-                                             (sh.m + 15) / 16 * 16);
-      void* wb = dmalloc(static_cast<size_t>(slab * sh.k) * 2);
-      void* wfull = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);  // one BF16 copy (the k/v shape, 8 MiB, fits L2)
-      CK(launch_fill_random(DType::F32, x, kMaxN * sh.k, 5, -1.0f, 1.0f, s));
-      CK(launch_qweight_dequant(f, data.w[0], sh.m, sh.k, nullptr, 0, sh.m, wfull, true, false, s));
+      // (one BF16 copy of the weights: the k/v shape's 8 MiB fits L2)
+      const GemmBenchBuffers b(f, data.w[0], sh.m, sh.k, kMaxN, qgemm_x_bytes(f, kMaxN, sh.k), s);
+      float *x = b.x, *y = b.y;
+      void *xq = b.xq, *xb = b.xb, *wb = b.wb, *wfull = b.wfull;
+      const int64_t slab = b.slab;
       const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
       auto report = [&](const std::string& name, double ms, int n) {
         const double gbs = data.qbytes / (ms * 1e-3) / 1e9;
@@ -280,7 +304,6 @@ void bench_qgemm(cudaStream_t s, double copy_gbs, LtGemm& lt, int sms) {
         });
         report("cublasLt bf16 weights (4x bytes)", ms_bf16, n);
       }
-      for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
     }
   }
   CK(cudaFree(ws));
@@ -303,16 +326,11 @@ void bench_qgemm_wg(cudaStream_t s, LtGemm& lt, int sms) {
     for (const auto& sh : shapes) {
       const PackedGemvData data(f, sh.m, sh.k, 2, s);
       const int copies = data.copies();
-      auto* x = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.k) * 4));
-      auto* y = static_cast<float*>(dmalloc(static_cast<size_t>(kMaxN * sh.m) * 4));
-      void* xq = dmalloc(std::max(qgemm_wg_x_bytes(f, kMaxN, sh.k), qgemm_x_bytes(f, 64, sh.k)));
-      void* xb = dmalloc(static_cast<size_t>(kMaxN * sh.k) * 2);
-      const int64_t slab = std::min<int64_t>(std::max<int64_t>(16, (int64_t{64} << 20) / (sh.k * 2) / 16 * 16),
-                                             (sh.m + 15) / 16 * 16);
-      void* wb = dmalloc(static_cast<size_t>(slab * sh.k) * 2);
-      void* wfull = dmalloc(static_cast<size_t>(sh.m * sh.k) * 2);
-      CK(launch_fill_random(DType::F32, x, kMaxN * sh.k, 5, -1.0f, 1.0f, s));
-      CK(launch_qweight_dequant(f, data.w[0], sh.m, sh.k, nullptr, 0, sh.m, wfull, true, false, s));
+      const GemmBenchBuffers b(f, data.w[0], sh.m, sh.k, kMaxN,
+                               std::max(qgemm_wg_x_bytes(f, kMaxN, sh.k), qgemm_x_bytes(f, 64, sh.k)), s);
+      float *x = b.x, *y = b.y;
+      void *xq = b.xq, *xb = b.xb, *wb = b.wb, *wfull = b.wfull;
+      const int64_t slab = b.slab;
       const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.k) + " " + sh.what;
       for (int n : ns) {
         const int per_graph = n >= 1024 ? 4 : std::max(copies * 2, 8);
@@ -355,7 +373,6 @@ void bench_qgemm_wg(cudaStream_t s, LtGemm& lt, int sms) {
                  if (!st.is_ok()) std::exit(1);
                }));
       }
-      for (void* p : {static_cast<void*>(x), static_cast<void*>(y), xq, xb, wb, wfull}) CK(cudaFree(p));
     }
   }
   CK(cudaFree(ws));

@@ -79,21 +79,10 @@ int phase_units(QFormat f, int n_pad, int units, bool offset) {
   return kc;
 }
 
-struct Params {
-  const uint8_t* w = nullptr;
-  const void* scales = nullptr;  // int4: BF16 per (16-row tile, group); int8: F32 per row
+struct Params : PackedGemmArgs {
   const uint8_t* xq = nullptr;  // [n_pad][units_total * x_unit_bytes] BF16 (int8: F16) in lane order
   const float* xsum = nullptr;  // offset sums: [units_total][n_pad] F32, the units' sums of that BF16 x
-  const float* bias = nullptr;
-  float* out = nullptr;
-  int64_t m = 0;
-  int64_t row_bytes = 0;
-  int n = 0;
-  int units_total = 0;  // k_pad / unit_elems
-  int units = 0;        // per k slice
-  int kc = 0;           // per phase
-  int splits = 1;
-  bool accumulate = false;
+  int kc = 0;                   // units per phase
 };
 
 // One unit of a warp's weights: lane slices of rows g, g + 8 of m16 tiles 0 and 1, and their scales.
@@ -512,21 +501,11 @@ cudaError_t launch_qgemm(QFormat f, const void* w, int64_t m, int64_t k, const f
     if (e != cudaSuccess) return e;
   }
   Params A;
-  A.w = static_cast<const uint8_t*>(w);
-  A.scales = static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
+  static_cast<PackedGemmArgs&>(A) = packed_gemm_args(f, w, m, k, n, bias, out, accumulate, plan.units, plan.splits);
   A.xq = xq;
   A.xsum = xsum;
-  A.bias = bias;
-  A.out = out;
-  A.m = m;
-  A.row_bytes = static_cast<int64_t>(qweight_row_bytes(f, k));
-  A.n = n;
-  A.units_total = units_total;
-  A.units = plan.units;
   const bool offset = f == QFormat::Int4 && qgemm_exact_weights(f, plan, n);
   A.kc = std::min(phase_units(f, n_pad, plan.units, offset), plan.phase > 0 ? plan.phase : plan.units);
-  A.splits = plan.splits;
-  A.accumulate = accumulate;
   const int64_t row_blocks = (m + kQGemmRows - 1) / kQGemmRows;
   return launch_cut(f, A, n_pad, offset, plan.splits, row_blocks, pdl, stream);
 }

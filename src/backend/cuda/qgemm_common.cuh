@@ -1,8 +1,10 @@
 #pragma once
-// What the two packed GEMMs (qgemm.cu on mma.sync, qgemm_wg.cu on wgmma) share: the int4
-// weight pair as BF16 q * scale, the k slices' sums added in slice order across a thread-block
-// cluster (distributed shared memory), and the launch of a clustered grid.
+// What the two packed GEMMs (qgemm.cu on mma.sync, qgemm_wg.cu on wgmma) share: their common
+// kernel arguments, the int4 weight pair as BF16 q * scale, the k slices' sums added in slice
+// order across a thread-block cluster (distributed shared memory), and the launch of a
+// clustered grid.
 #include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/qgemv.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -12,6 +14,40 @@
 #include <cstdlib>
 
 namespace ember::cuda::qgemm_detail {
+
+// The arguments both GEMM kernels take (each kernel's Params adds its x operand).
+struct PackedGemmArgs {
+  const uint8_t* w = nullptr;
+  const void* scales = nullptr;  // int4: BF16 per (16-row tile, group); int8: F32 per row
+  const float* bias = nullptr;
+  float* out = nullptr;
+  int64_t m = 0;
+  int64_t row_bytes = 0;
+  int n = 0;
+  int units_total = 0;  // packed units (64 bytes) of a row: k_pad / the format's unit
+  int units = 0;        // per k slice
+  int splits = 1;
+  bool accumulate = false;
+};
+
+// Them for out (+)= x [n, k] @ w^T (+ bias), w a packed [m, k] matrix of format f (qgemv.cuh),
+// cut into `splits` k slices of `units` units.
+inline PackedGemmArgs packed_gemm_args(QFormat f, const void* w, int64_t m, int64_t k, int n, const float* bias,
+                                       float* out, bool accumulate, int units, int splits) {
+  PackedGemmArgs a;
+  a.w = static_cast<const uint8_t*>(w);
+  a.scales = static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
+  a.bias = bias;
+  a.out = out;
+  a.m = m;
+  a.row_bytes = static_cast<int64_t>(qweight_row_bytes(f, k));
+  a.n = n;
+  a.units_total = static_cast<int>(qweight_k_pad(f, k) / qformat_unit(f));
+  a.units = units;
+  a.splits = splits;
+  a.accumulate = accumulate;
+  return a;
+}
 
 // Nibble pair p of int4 word w as BF16 q * s (s2: the scale twice; 136 comes off exactly, the
 // product rounds once: the value the dequantizing fallback stores).

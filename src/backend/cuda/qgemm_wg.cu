@@ -62,19 +62,8 @@ size_t smem_bytes(QFormat f) {  // + 1024 for the alignment
   return size_t{1024} + size_t(x_stages_of(f)) * stage_bytes(f) + size_t(w_stages_of(f)) * wstage_bytes(f);
 }
 
-struct Params {
-  const uint8_t* w = nullptr;
-  const void* scales = nullptr;  // int4: BF16 per (16-row tile, group); int8: F32 per row
-  const uint8_t* xq = nullptr;   // [n_pad / 128][units_total][stage_bytes]: shared-memory images of x
-  const float* bias = nullptr;
-  float* out = nullptr;
-  int64_t m = 0;
-  int64_t row_bytes = 0;
-  int n = 0;
-  int units_total = 0;
-  int units = 0;  // per k slice
-  int splits = 1;
-  bool accumulate = false;
+struct Params : PackedGemmArgs {
+  const uint8_t* xq = nullptr;  // [n_pad / 128][units_total][stage_bytes]: shared-memory images of x
 };
 
 // A lane's share of one unit: 16 bytes of rows g and g + 8, and (int4) their group scales.
@@ -380,18 +369,8 @@ cudaError_t launch_qgemm_wg(QFormat f, const void* w, int64_t m, int64_t k, cons
     if (e != cudaSuccess) return e;
   }
   Params A;
-  A.w = static_cast<const uint8_t*>(w);
-  A.scales = static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
+  static_cast<PackedGemmArgs&>(A) = packed_gemm_args(f, w, m, k, n, bias, out, accumulate, plan.units, plan.splits);
   A.xq = static_cast<const uint8_t*>(x_scratch);
-  A.bias = bias;
-  A.out = out;
-  A.m = m;
-  A.row_bytes = static_cast<int64_t>(qweight_row_bytes(f, k));
-  A.n = n;
-  A.units_total = units_total;
-  A.units = plan.units;
-  A.splits = plan.splits;
-  A.accumulate = accumulate;
   auto kernel = f == QFormat::Int4 ? qgemm_wg_kernel<QFormat::Int4> : qgemm_wg_kernel<QFormat::Int8>;
   const size_t smem = smem_bytes(f);
   if (const cudaError_t e = raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
