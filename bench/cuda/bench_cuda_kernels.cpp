@@ -564,6 +564,7 @@ struct PagedSetup {
 // One decode-attention configuration (0: the default) of one cache dtype and shape.
 struct DecodeCfg {
   int splits, stages;
+  bool keys_as_m = true;  // one-byte K/V: false = the 16-row kernel
 };
 
 // The decode kernel's tuning sweep per (cache dtype, batch): the default first. BF16 keeps
@@ -576,7 +577,8 @@ std::vector<DecodeCfg> decode_configs(DType kv, int batch) {
     return {{0, 0}, {0, 2}};
   }
   if (kv == DType::FP8_E5M2) return {{0, 0}};
-  std::vector<DecodeCfg> c = {{0, 0}, {0, 2}, {0, 3}, {0, 4}, {0, 6}};
+  // The 16-row kernel's default beside the keys-as-M kernel's (same call A/B).
+  std::vector<DecodeCfg> c = {{0, 0}, {0, 0, false}, {0, 2}, {0, 3}, {0, 4}, {0, 6}};
   if (batch == 32) c.insert(c.end(), {{2, 0}, {3, 0}, {4, 0}});
   if (batch == 64) c.insert(c.end(), {{1, 0}, {2, 0}, {3, 0}});
   return c;
@@ -622,13 +624,15 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
         PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
         a.splits = cfg.splits;
         a.stages = cfg.stages;
+        a.decode_keys_as_m = cfg.keys_as_m;
         const std::string name = "ember paged " + std::string(dtype_name(kv)) + " b" +
                                  std::to_string(batch) + (sh.mixed ? " s1000-2000/" : " s") +
                                  std::to_string(seq_len) +
                                  " h32/kv8 d128 splits=" +
                                  (cfg.splits ? std::to_string(cfg.splits) : std::string("auto")) +
                                  " stages=" +
-                                 (cfg.stages ? std::to_string(cfg.stages) : std::string("default"));
+                                 (cfg.stages ? std::to_string(cfg.stages) : std::string("default")) +
+                                 (cfg.keys_as_m ? "" : " 16-row kernel");
         const size_t ws_bytes = attention_workspace_bytes(a, AttnKernel::Decode, sms);
         void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
         // A configuration this build does not instantiate fails its launch up front.

@@ -36,6 +36,7 @@ struct Run {
   int warps = 0;
   int keys = 0;  // PrefillWgmma: keys per tile
   int mode = -1;  // PrefillWgmma: PagedAttnArgs::prefill_mode
+  bool keys_as_m = true;  // one-byte decode: PagedAttnArgs::decode_keys_as_m
 };
 using RunList = std::vector<Run>;  // (inside a TEST body, Run names testing::Test::Run)
 
@@ -145,6 +146,7 @@ class AttnProblem {
       a.prefill_warps = r.warps;
       a.prefill_keys = r.keys;
       a.prefill_mode = r.mode;
+      a.decode_keys_as_m = r.keys_as_m;
       a.wgmma = cuda::wgmma_prefill_available(0);
       int sms = 0;
       EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -250,7 +252,8 @@ void check(const AttnCase& c, const std::vector<Run>& runs, uint32_t seed) {
   for (const auto& r : runs) {
     const double err = prob.run(r);
     EXPECT_LT(err, tolerance(c, r.kind)) << "kind " << r.kind << " splits " << r.splits << " stages "
-                                         << r.stages << " warps " << r.warps << " keys " << r.keys << " mode " << r.mode << " kv "
+                                         << r.stages << " warps " << r.warps << " keys " << r.keys << " mode " << r.mode
+                                         << " keys_as_m " << r.keys_as_m << " kv "
                                          << dtype_name(c.kv) << " D " << c.head_dim;
   }
 }
@@ -435,6 +438,56 @@ TEST(CudaAttention, Fp8DecodeStagesAndShapes) {
           {{kAuto}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 5, 3}}, 35);
     // 4096 keys and more: the default moves to 6 stages.
     check(AttnCase{32, 8, 128, 16, kv, {{1, 4100}, {1, 37}, {3, 4500}}}, {{kAuto}, {kDecode}, {kDecode, 2}}, 36);
+  }
+}
+
+// The one-byte decode launch on the 16-row kernel (decode_keys_as_m false).
+Run decode_16_rows() {
+  Run r{kDecode};
+  r.keys_as_m = false;
+  return r;
+}
+
+// The one-byte decode kernel with keys as the MMA rows (launches of <= 8 packed rows a sequence:
+// one token with GQA groups up to 8, or 2-4 tokens of GQA 2-4, rows of different positions) at
+// every stage count it builds and forced split counts: Llama-3 shapes around tile edges, GQA 1
+// with block size 7 at head dim 64, GQA 8 with window + soft-cap, 4100-4500 keys, and (INT8)
+// rows whose scales lie 10^6 apart; the 16-row kernel on the same problems beside it.
+TEST(CudaAttention, ByteDecodeKeysAsM) {
+  SKIP_WITHOUT_GPU();
+  cuda::PagedAttnArgs a;  // which launches take it
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.head_dim = 128;
+  a.kv_type = DType::FP8_E4M3;
+  a.max_new = 2;
+  EXPECT_TRUE(cuda::attention_decode_keys_as_m(a));
+  a.max_new = 3;  // 12 rows
+  EXPECT_FALSE(cuda::attention_decode_keys_as_m(a));
+  a.max_new = 1;
+  a.decode_keys_as_m = false;
+  EXPECT_FALSE(cuda::attention_decode_keys_as_m(a));
+  a.decode_keys_as_m = true;
+  a.kv_type = DType::BF16;
+  EXPECT_FALSE(cuda::attention_decode_keys_as_m(a));
+  const auto rows16 = decode_16_rows();
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2, DType::I8}) {
+    const float spread = kv == DType::I8 ? 3.0f : 0.0f;
+    check(AttnCase{32, 8, 128, 16, kv, {{1, 1}, {1, 63}, {1, 64}, {1, 65}, {1, 1100}, {2, 700}, {1, 2049}}, 0, 0.0f,
+                   spread},
+          {{kAuto}, {kDecode, 0, 2}, {kDecode, 0, 3}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 1, 4},
+           {kDecode, 7, 6}, {kDecode, 2, 2}, rows16},
+          71);
+    check(AttnCase{4, 4, 64, 7, kv, {{1, 50}, {1, 130}, {1, 1}, {1, 333}}, 0, 0.0f, spread},
+          {{kAuto}, {kDecode, 0, 2}, {kDecode, 0, 3}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 3, 4}, rows16}, 72);
+    check(AttnCase{16, 2, 128, 32, kv, {{1, 600}, {1, 33}, {1, 1000}}, 100, 30.0f, spread},
+          {{kAuto}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 4, 3}, {kDecode, 2, 2}, rows16}, 73);
+    check(AttnCase{8, 4, 128, 16, kv, {{4, 300}, {1, 5}, {3, 77}}, 0, 0.0f, spread},
+          {{kAuto}, {kDecode, 0, 4}, {kDecode, 3, 6}, {kDecode, 1, 2}, rows16}, 74);
+    check(AttnCase{8, 1, 64, 16, kv, {{1, 200}, {1, 4000}}, 256, 0.0f, spread},
+          {{kAuto}, {kDecode, 0, 4}, {kDecode, 0, 6}, {kDecode, 5, 3}, rows16}, 75);
+    check(AttnCase{32, 8, 128, 16, kv, {{1, 4100}, {1, 37}, {2, 4500}}, 0, 0.0f, spread},
+          {{kAuto}, {kDecode}, {kDecode, 2}, rows16}, 76);
   }
 }
 

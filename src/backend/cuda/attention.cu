@@ -387,6 +387,8 @@ bool is_byte_kv(DType t) { return is_fp8(t) || t == DType::I8; }
 int decode_blocks_per_sm(const PagedAttnArgs& a, int stages) {
   if (!is_byte_kv(a.kv_type)) return 2;
   const bool i8 = a.kv_type == DType::I8;
+  if (fp8_decode_swapped(a))
+    return a.head_dim == 64 ? fp8_swap_blocks_per_sm(stages, 64, i8) : fp8_swap_blocks_per_sm(stages, 128, i8);
   return a.head_dim == 64 ? fp8_decode_blocks_per_sm(stages, 64, i8) : fp8_decode_blocks_per_sm(stages, 128, i8);
 }
 
@@ -410,10 +412,13 @@ void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_ti
     max_splits = 1;  // no merge launch: faster at batch 1 with <= 512 keys (H200, CUDA_NOTES.md)
   else if (a.fill_gpu && base * max_splits < num_sms)
     max_splits = std::max(max_splits, std::min(n_tiles, (num_sms + base - 1) / base));
-  // FP8: about 1.5 waves of its resident blocks measured best (b32 x 4096 keys, 3 blocks per
-  // SM: 3 splits 3077 GB/s, 2 splits 2785, where 1.3 waves leave a long, thin second one).
-  const int slots = num_sms * decode_blocks_per_sm(a, stages) * (is_byte_kv(a.kv_type) ? 3 : 2) / 2;
-  int s = a.splits > 0 ? a.splits : (slots + base - 1) / base;
+  // The 16-row one-byte kernel: about 1.5 waves of its resident blocks measured best (b32 x 4096
+  // keys, 3 blocks per SM: 3 splits 3077 GB/s, 2 splits 2785, where 1.3 waves leave a long,
+  // thin second one). The keys-as-M kernel (4 blocks per SM): at most one wave (session 18,
+  // b32 / b64 x 4096 keys: 2 splits 3529 GB/s against 3243 at 4, 1 split 4155 against 3741 at 2).
+  const bool swapped = fp8_decode_swapped(a);
+  const int slots = num_sms * decode_blocks_per_sm(a, stages) * (is_byte_kv(a.kv_type) && !swapped ? 3 : 2) / 2;
+  int s = a.splits > 0 ? a.splits : swapped ? std::max(1, slots / base) : (slots + base - 1) / base;
   s = std::clamp(s, 1, a.splits > 0 ? (max_kv + kTileKeys - 1) / kTileKeys : max_splits);
   const int tiles = (max_kv + kTileKeys - 1) / kTileKeys;
   const int len = (tiles + s - 1) / s * kTileKeys;
@@ -431,6 +436,7 @@ void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_ti
 int decode_stages(const PagedAttnArgs& a) {
   if (a.stages) return a.stages;
   if (!is_byte_kv(a.kv_type)) return kDefaultDecodeStages;
+  if (fp8_decode_swapped(a)) return a.kv_type == DType::I8 ? kSwapI8DecodeStages : kSwapFp8DecodeStages;
   if (a.kv_type == DType::I8) return kDefaultFp8DecodeStages;
   return a.max_kv >= kLongFp8Keys ? kLongFp8DecodeStages : kDefaultFp8DecodeStages;
 }
@@ -519,6 +525,8 @@ bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms) {
   plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
   return row_tiles == 1 && splits == 1;
 }
+
+bool attention_decode_keys_as_m(const PagedAttnArgs& a) { return fp8_decode_swapped(a); }
 
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
   if (kind == AttnKernel::Auto) kind = attention_pick(a);

@@ -94,6 +94,10 @@ struct PagedAttnArgs {
   // Decode: when the launch has fewer blocks than SMs, split the key range finer (down to one
   // 64-key tile per split) to shorten its latency (batch-1 decode).
   bool fill_gpu = false;
+  // One-byte K/V decode of at most 8 packed rows a sequence (one token, GQA groups <= 8): the
+  // kernel with keys as the MMA rows (half the MMAs of the 16-row one); false keeps the 16-row
+  // kernel (A/B runs: EMBER_CUDA_KEYS_AS_M=0).
+  bool decode_keys_as_m = true;
   // Decode: RoPE + K/V store first (q, the rope's q, is then rotated in place).
   DecodeRopeArgs rope;
 };
@@ -115,6 +119,10 @@ AttnKernel attention_pick(const PagedAttnArgs& a);
 // block per (sequence, kv head) (one split, one row tile: nobody else reads or writes those
 // rows) over a BF16 / F16 / FP8 cache.
 bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms);
+
+// Whether a decode launch with these arguments runs the one-byte kernel with keys as the MMA
+// rows (PagedAttnArgs::decode_keys_as_m and what it takes).
+bool attention_decode_keys_as_m(const PagedAttnArgs& a);
 
 // Device scratch bytes launch_paged_attention needs (split partials), for that kernel.
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms);

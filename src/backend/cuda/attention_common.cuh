@@ -76,6 +76,39 @@ constexpr int fp8_decode_blocks_per_sm(int stages, int D, bool scales = false) {
   return by_smem < 1 ? 1 : (by_smem > kFp8DecodeMaxBlocksPerSm ? kFp8DecodeMaxBlocksPerSm : by_smem);
 }
 
+// The swapped one-byte decode kernel (attention_fp8_swap.cu: keys as the MMA rows) takes
+// launches of at most kSwapRows packed rows a (sequence, kv head); the same stages, its merge
+// buffer [kDecodeWarps][kSwapRows][D + 4] floats and m, l. Its registers (no 16-row O) leave
+// room for a fourth block per SM where the shared memory has it.
+constexpr int kSwapRows = 8;
+// Its loader's run (16-byte chunks a thread copies of a row): FP8 one, so that a warp's
+// cp.async covers whole 128-byte rows (the kernel is bound by L2 requests, which 64-byte runs
+// double: ncu, the same request count as the BF16 kernel for half the bytes); INT8 two
+// (measured faster there).
+constexpr int fp8_swap_run(bool i8) { return i8 ? 2 : 1; }
+constexpr size_t fp8_swap_smem(int stages, int D, bool scales = false) {
+  const size_t tiles = static_cast<size_t>(stages) * (2 * kTileKeys * (D + (scales ? 4 : 0)) + 4 * (kTileKeys + 1));
+  const size_t merge = (static_cast<size_t>(kDecodeWarps) * kSwapRows * fp8_o_stride(D) +
+                        2 * kDecodeWarps * kSwapRows) * sizeof(float);
+  return tiles > merge ? tiles : merge;
+}
+constexpr int kFp8SwapMaxBlocksPerSm = 4;
+// Its default stages (4 blocks per SM either way), measured on an H200 (session 18): FP8 3,
+// INT8 2.
+constexpr int kSwapFp8DecodeStages = 3;
+constexpr int kSwapI8DecodeStages = 2;
+constexpr int fp8_swap_blocks_per_sm(int stages, int D, bool scales = false) {
+  const int by_smem = static_cast<int>((228u << 10) / (fp8_swap_smem(stages, D, scales) + 1024));
+  return by_smem < 1 ? 1 : (by_smem > kFp8SwapMaxBlocksPerSm ? kFp8SwapMaxBlocksPerSm : by_smem);
+}
+// Whether a one-byte decode launch takes the swapped kernel: asked for (decode_keys_as_m) and
+// at most kSwapRows packed rows a sequence.
+inline bool fp8_decode_swapped(const PagedAttnArgs& a) {
+  return a.decode_keys_as_m && a.n_kv_heads > 0 && a.max_new * (a.n_heads / a.n_kv_heads) <= kSwapRows &&
+         (a.kv_type == DType::FP8_E4M3 || a.kv_type == DType::FP8_E5M2 || a.kv_type == DType::I8) &&
+         (a.head_dim == 64 || a.head_dim == 128);
+}
+
 // ---- Pieces the kernels share ----
 
 // The fused decode prologue (PagedAttnArgs::rope): RoPE of this block's q rows and of its kv
@@ -209,7 +242,9 @@ __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
 // Cache slots are found without divisions in the loop: (tile start) / block_size is carried
 // from tile to tile, and each thread's in-tile offsets are divided once. Block ids of a tile
 // are loaded one iteration before its copy is issued (kept apart from the multiply that uses
-// them), so the copy never waits on the table.
+// them), so the copy never waits on the table; or (stage_ids / load_ids_staged) copied into
+// shared memory with an earlier tile's data, for kernels whose iteration is shorter than a
+// global load's latency under full DRAM traffic (the load queues behind the tiles in flight).
 template <int kRowBytes, int kThreads, int kRun>
 struct KvTileLoader {
   static constexpr int kLCh = kRowBytes / 16;  // 16-byte chunks per row
@@ -257,17 +292,20 @@ struct KvTileLoader {
     tq = t_begin / bs;
     tr = t_begin % bs;
   }
-  __device__ __forceinline__ void load_ids() {
+  // The next tile's ids from the block table, or (staged != nullptr) from what stage_ids copied
+  // for that tile.
+  __device__ __forceinline__ void load_ids(const int32_t* staged = nullptr) {
     const int t0 = t_begin + next_tile * kTileKeys;
 #pragma unroll
     for (int ps = 0; ps < kPasses; ++ps) {
-      int q = tq + kq[ps], r = tr + kr[ps];
+      int q = kq[ps], r = tr + kr[ps];  // q: from the tile's first block
       if (r >= bs) {
         r -= bs;
         ++q;
       }
       off[ps] = static_cast<uint32_t>(r) * slot_bytes;
-      blk[ps] = t0 + ps * kKeysPerPass + key < kv_hi ? bt[q] : -1;
+      const bool valid = t0 + ps * kKeysPerPass + key < kv_hi;
+      blk[ps] = !valid ? -1 : staged ? staged[q] : bt[tq + q];
     }
     ++next_tile;
     tq += step_q;
@@ -276,6 +314,18 @@ struct KvTileLoader {
       tr -= bs;
       ++tq;
     }
+  }
+  // Most block-table entries one tile's keys touch (block size 1, a tile not block-aligned).
+  static constexpr int kIdsPerTile = kTileKeys + 1;
+  // Copies the block-table entries of tile `tile` (from its first key's block, as long as they
+  // hold keys below kv_hi) to dst[0 ..] with cp.async, by threads tid < their count, in the
+  // caller's commit group; load_ids(dst) reads them once that group is waited for.
+  __device__ __forceinline__ void stage_ids(int32_t* dst, int tile, unsigned tid) const {
+    if (tid >= static_cast<unsigned>(kIdsPerTile)) return;
+    const int k0 = t_begin + tile * kTileKeys;
+    if (k0 >= kv_hi) return;
+    const int b0 = k0 / bs;
+    if (static_cast<int>(tid) <= (min(k0 + kTileKeys, kv_hi) - 1) / bs - b0) cp_async_4(dst + tid, bt + b0 + tid, true);
   }
   // Copies the tile whose ids load_ids read last: K's chunk c of key k0 + key (k0: the pass's
   // first key in the tile) to dst(k0, key, c, 0), V's to dst(.., 1). Keys past kv_hi become
@@ -514,24 +564,26 @@ __device__ __forceinline__ void store_warp_state(float* s_m, float* s_l, int war
 // The end of a decode block: merges its 4 warps' partial softmax states (each saw a quarter of
 // every tile) into out (one split) or this split's partial.   s_m / s_l [kDecodeWarps][16];
 // o_at(w, r, d): warp w's O at row r, head dim d (shared memory).
-template <int D, typename OAt>
+// kRows: the block's rows (16, or kSwapRows for the swapped one-byte kernel); partials keep
+// the kDecodeRows stride whatever it is.
+template <int D, int kRows = kDecodeRows, typename OAt>
 __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSpan& sp, const float* s_m,
                                                    const float* s_l, OAt o_at) {
   const PagedAttnArgs& a = L.a;
   const int G = L.group, kh = blockIdx.y;
-  for (int i = threadIdx.x; i < kDecodeRows * D; i += kDecodeWarps * 32) {
+  for (int i = threadIdx.x; i < kRows * D; i += kDecodeWarps * 32) {
     const int r = i / D, d = i % D;
     const int row = sp.row0 + r;
     if (row >= sp.n_rows) continue;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, s_m[w * kDecodeRows + r]);
+    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, s_m[w * kRows + r]);
     float Lsum = 0.0f, acc = 0.0f;
     if (M != -INFINITY) {
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        const float f = exp2f(s_m[w * kDecodeRows + r] - M);
-        Lsum += s_l[w * kDecodeRows + r] * f;
+        const float f = exp2f(s_m[w * kRows + r] - M);
+        Lsum += s_l[w * kRows + r] * f;
         acc += o_at(w, r, d) * f;
       }
     }
@@ -559,7 +611,10 @@ cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 bl
 // The FP8 decode kernel's launch (attention_fp8.cu): D from L.a.head_dim (64 / 128), the cache
 // type from L.a.kv_type (FP8_E4M3 / FP8_E5M2), stages 2, 3, 4 or 6; cudaErrorInvalidValue for
 // anything else.
+// Launches of fp8_decode_swapped arguments go to the swapped kernel.
 cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);
+// The swapped kernel's launch (attention_fp8_swap.cu), the same arguments and stage counts.
+cudaError_t launch_fp8_swap_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);
 
 // The wgmma prefill kernels (attention_wgmma.cu, sm_90a builds only): warpgroups of 64 packed
 // rows, keys 64 or 128 per tile; mode 0 block-synced (2 warpgroups), 1 warp-specialized (a

@@ -1,7 +1,8 @@
 // Paged decode attention over a one-byte K/V cache (FP8 e4m3 / e5m2, or INT8 with per-(slot,
-// head) scales): mma fragments built straight from the bytes in shared memory (the 16-bit kernel
-// and the launchers: attention.cu).
-#include "backend/cuda/attention_common.cuh"
+// head) scales), 16 packed query rows a block: mma fragments built straight from the bytes in
+// shared memory (the 16-bit kernel and the launchers: attention.cu; launches of <= 8 rows a
+// sequence: attention_fp8_swap.cu).
+#include "backend/cuda/attention_bytes.cuh"
 
 #include <type_traits>
 
@@ -10,14 +11,6 @@ namespace attn {
 
 namespace {
 
-// ---- FP8 decode: mma fragments straight from the fp8 bytes ----
-//
-// paged_attn_fp8_decode_kernel is attention.cu's decode kernel for an e4m3 / e5m2 cache without the
-// widening pass: no second F16 tile (an extra shared-memory write + read per element and the
-// latency of a widen before each tile's barrier), and a stage costs half the shared memory, so
-// more tiles are in flight per SM. Each lane converts the bytes it loads itself (hardware
-// fp8x2 -> f16x2 for e4m3, byte permutes for e5m2: an e5m2 byte is the top byte of its half).
-//
 // Sums over head dims (Q K^T) and over keys (P V) do not care which physical element a
 // fragment register holds, as long as both operands agree, so the fragments are permuted to
 // suit the bytes (g = lane / 4, t = lane % 4):
@@ -28,61 +21,6 @@ namespace {
 //    lane loads the D/8 bytes at dims (D/8) g ..; byte i pairs up across keys (byte permute)
 //    into n-tile i, so n-tile i's column n is head dim (D/8) n + i. C element (row, column
 //    2t + j) of n-tile i is dim (D/8)(2t + j) + i, put back in order when O leaves registers.
-// Tiles are [kTileKeys][D] bytes; the 16-byte chunks of a row are XOR-swizzled by key bits 0-2
-// so that the fragment loads and the loader's cp.async writes (D 128: one 8-lane phase writes
-// chunks 4j .. 4j + 3 of two consecutive keys) are all free of bank conflicts. The two XOR
-// masks are linear maps of key bits 0-2 found by an exhaustive search over those patterns; D 64
-// keeps 2-way conflicts on V.
-
-// K: a read phase takes keys 2p and 2p + 1 at the same 4 chunks.   mask 0 4 0 4 0 4 0 4
-template <int D>
-__device__ __forceinline__ int fp8_k_chunk(int key, int chunk) {
-  return chunk ^ ((key & 1) * (D / 32));
-}
-// V: a read phase takes keys 2t + const (t = 0..3) at the same chunk pair.   mask 0 4 4 0 2 6 6 2
-template <int D>
-__device__ __forceinline__ int fp8_v_chunk(int key, int chunk) {
-  return chunk ^ ((4 * ((key ^ (key >> 1)) & 1) + 2 * ((key >> 2) & 1)) & (D / 16 - 1));
-}
-
-// Four fp8 values (element 0 in the low byte) -> two f16x2 words, as fp8x4_to_half4, but e4m3
-// converts the high pair in place (.H1 operand) instead of shifting it down first: one
-// instruction less per 4 bytes in the kernel's hottest code.
-template <bool kE4M3>
-__device__ __forceinline__ uint2 fp8x4_to_f16x4(uint32_t w) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if constexpr (kE4M3) {
-    uint32_t lo, hi;
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w));
-    return make_uint2(lo, hi);
-  }
-#endif
-  return fp8x4_to_half4<kE4M3>(w);
-}
-
-// Four cache bytes -> two f16x2 words (element 0 in the low half of .x): fp8 as above; int8 as
-// 1152 + q (exact: under 0x64 the byte q ^ 0x80 = q + 128 is the mantissa of 1024 + q + 128),
-// without subtracting the 1152: the kernel takes 1152 * (sum of the Q row) off each score and
-// 1152 * (sum of P) off O (an extra MMA column of constant 1152 computes the latter), which
-// costs less than two HSUB2 per four bytes.
-constexpr uint32_t kI8Offset2 = 0x64806480u;  // F16 1152 in both halves
-constexpr float kI8Offset = 1152.0f;
-template <int kFmt>
-__device__ __forceinline__ uint2 kv4_to_f16x4(uint32_t w) {
-  if constexpr (kFmt == kKvI8) {
-    const uint32_t x = w ^ 0x80808080u;
-    return make_uint2(__byte_perm(x, 0x64646464u, 0x4140), __byte_perm(x, 0x64646464u, 0x4342));
-  } else {
-    return fp8x4_to_f16x4<kFmt == kKvE4M3>(w);
-  }
-}
-
-// Word j (a compile-time constant after unrolling) of a 16-byte value.
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
 
 // Q rows row0 .. row0 + 15 (packed (token, head) pairs, zeros past n_rows) as F16 A fragments
 // in the fp8 K order.   qa[D / 16][4]. row_sum (INT8): the sums of this lane's rows g and g + 8
@@ -150,18 +88,6 @@ __device__ __forceinline__ void qk_fp8(float (&s)[2][4], const uint32_t (&qa)[D 
   }
 }
 
-// Byte e of a and of b as the halves of one f16x2 (a low) for e = 0..3: the B register of
-// two keys (a, b) at one output dim.
-template <int kFmt>
-__device__ __forceinline__ void fp8_key_pairs(uint32_t a, uint32_t b, uint32_t (&h)[4]) {
-  const uint2 lo = kv4_to_f16x4<kFmt>(__byte_perm(a, b, 0x5140));  // a0 b0 a1 b1
-  const uint2 hi = kv4_to_f16x4<kFmt>(__byte_perm(a, b, 0x7362));  // a2 b2 a3 b3
-  h[0] = lo.x;
-  h[1] = lo.y;
-  h[2] = hi.x;
-  h[3] = hi.y;
-}
-
 // O += P V for this warp's 16 keys (one k-step) from the fp8 V tile; o in the permuted
 // order (n-tile i, column n: head dim (D/8) n + i). INT8: o[D / 8] += P 1152 (every column).
 //   o[D / 8 (+ 1)][4]
@@ -170,20 +96,8 @@ __device__ __forceinline__ void pv_fp8(float (&o)[kNt][4], const uint32_t (&pa)[
                                        int key_off, int lane) {
   if constexpr (kFmt == kKvI8) mma_16816<__half>(o[D / 8], pa, kI8Offset2, kI8Offset2);
   constexpr int kB = D / 8;  // bytes of a V row one lane reads
-  const int g = lane / 4, t = lane % 4;
   uint32_t vw[4][kB / 4];  // [key 2t, 2t+1, 2t+8, 2t+9][word]
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int key = key_off + 2 * t + (j & 1) + (j >> 1) * 8;
-    const uint8_t* p = v_tile + key * D + 16 * fp8_v_chunk<D>(key, kB * g / 16) + kB * g % 16;
-    if constexpr (kB == 16) {
-      const uint4 x = *reinterpret_cast<const uint4*>(p);
-      vw[j][0] = x.x, vw[j][1] = x.y, vw[j][2] = x.z, vw[j][3] = x.w;
-    } else {
-      const uint2 x = *reinterpret_cast<const uint2*>(p);
-      vw[j][0] = x.x, vw[j][1] = x.y;
-    }
-  }
+  load_v_quad<D>(vw, v_tile, key_off, lane);
 #pragma unroll
   for (int m = 0; m < kB / 4; ++m) {
     uint32_t b0[4], b1[4];
@@ -374,42 +288,20 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   });
 }
 
-template <int D, int kStages, int kFp8>
-cudaError_t launch_fp8_decode_cfg(const Launch& L, dim3 grid, cudaStream_t stream) {
-  return launch_softcap_pair<paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>,
-                             paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>>(
-      L, fp8_decode_smem(kStages, D, kFp8 == kKvI8), grid, dim3(kDecodeWarps * 32), stream);
-}
-
-template <int D, int kFp8>
-cudaError_t launch_fp8_decode_stages(const Launch& L, int stages, dim3 grid, cudaStream_t stream) {
-  switch (stages) {
-    case 2: return launch_fp8_decode_cfg<D, 2, kFp8>(L, grid, stream);
-    case 3: return launch_fp8_decode_cfg<D, 3, kFp8>(L, grid, stream);
-    case 4: return launch_fp8_decode_cfg<D, 4, kFp8>(L, grid, stream);
-    case 6: return launch_fp8_decode_cfg<D, 6, kFp8>(L, grid, stream);
-    default: return cudaErrorInvalidValue;
+struct Fp8DecodeKernel {
+  template <int D, int kStages, int kFp8>
+  static cudaError_t launch(const Launch& L, dim3 grid, cudaStream_t stream) {
+    return launch_softcap_pair<paged_attn_fp8_decode_kernel<D, kStages, false, kFp8>,
+                               paged_attn_fp8_decode_kernel<D, kStages, true, kFp8>>(
+        L, fp8_decode_smem(kStages, D, kFp8 == kKvI8), grid, dim3(kDecodeWarps * 32), stream);
   }
-}
-
-template <int D>
-cudaError_t launch_fp8_decode_dim(const Launch& L, int stages, dim3 grid, cudaStream_t stream) {
-  switch (L.a.kv_type) {
-    case DType::FP8_E4M3: return launch_fp8_decode_stages<D, kKvE4M3>(L, stages, grid, stream);
-    case DType::FP8_E5M2: return launch_fp8_decode_stages<D, kKvE5M2>(L, stages, grid, stream);
-    case DType::I8: return launch_fp8_decode_stages<D, kKvI8>(L, stages, grid, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
+};
 
 }  // namespace
 
 cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream) {
-  switch (L.a.head_dim) {
-    case 64: return launch_fp8_decode_dim<64>(L, stages, grid, stream);
-    case 128: return launch_fp8_decode_dim<128>(L, stages, grid, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  if (fp8_decode_swapped(L.a)) return launch_fp8_swap_decode(L, stages, grid, stream);
+  return launch_byte_decode<Fp8DecodeKernel>(L, stages, grid, stream);
 }
 
 }  // namespace attn

@@ -105,6 +105,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
   if (const char* v = std::getenv("EMBER_CUDA_PDL_EARLY")) be->pdl_early_ = std::atoi(v);
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
+  be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
@@ -1029,6 +1030,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.pdl_release_early = (pdl_early_ & 1) != 0;
   a.fill_gpu = attn_fill_;
   a.wgmma = wgmma_prefill_;
+  a.decode_keys_as_m = keys_as_m_;
   a.prefill_mode = prefill_mode_;
   a.prefill_keys = prefill_keys_;
   const int group = p.n_heads / p.n_kv_heads;

@@ -382,6 +382,8 @@ class CudaBackend final : public Backend, public CudaStep {
   // level; the norms' early release cost bf16 1-2% (217 -> 214).
   int pdl_early_ = 1;
   bool attn_rope_ = true;  // EMBER_CUDA_ATTN_ROPE=0: the rope + K/V store keeps its own launch
+  // EMBER_CUDA_KEYS_AS_M=0: one-byte decode on the 16-row kernel (PagedAttnArgs::decode_keys_as_m)
+  bool keys_as_m_ = true;
   bool wgmma_prefill_ = false;  // sm_90a prefill attention (EMBER_CUDA_WGMMA_PREFILL=0: the mma.sync kernel)
   int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced BF16 GEMV variant (the GLU too where it takes it), for tuning
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
