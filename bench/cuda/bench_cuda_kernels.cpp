@@ -646,6 +646,21 @@ void bench_decode_attention(cudaStream_t s, double copy_gbs, int sms) {
         }
         report_decode(s, sms, copy_gbs, ps.read_bytes, a, AttnKernel::Decode, name);
       }
+      if (sh.mixed && (kv == DType::FP8_E4M3 || kv == DType::BF16)) {
+        // The launch's sequences longest first (blocks start in grid order: a long sequence
+        // started last leaves a tail of idle SMs).
+        std::vector<int32_t> order(static_cast<size_t>(batch));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return lens[x] > lens[y]; });
+        auto* ids = static_cast<int32_t*>(dmalloc(order.size() * 4));
+        CK(cudaMemcpy(ids, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
+        PagedAttnArgs a = ps.args(q, out, 1, seq_len, H, KV, D, bs);
+        a.seq_ids = ids;
+        report_decode(s, sms, copy_gbs, ps.read_bytes, a, AttnKernel::Decode,
+                      "ember paged " + std::string(dtype_name(kv)) + " b" + std::to_string(batch) +
+                          " s1000-2000/2048 h32/kv8 d128 splits=auto stages=default longest first");
+        CK(cudaFree(ids));
+      }
       if (kv == DType::I8) {  // the fallback kernel, INT8's only one before session 10
         report_decode(s, sms, copy_gbs, ps.read_bytes, ps.args(q, out, 1, seq_len, H, KV, D, bs), AttnKernel::Simple,
                       "ember paged i8 b" + std::to_string(batch) + " fallback (simple) kernel");

@@ -491,6 +491,38 @@ TEST(CudaAttention, ByteDecodeKeysAsM) {
   }
 }
 
+// The decode launch's longest-first order (launch_longest_first) is the stable sort by length,
+// ties in index order; and a whole-batch decode of more (sequence, kv head) blocks than the
+// SMs, which Backend::attention starts longest first on the keys-as-M kernel, matches the
+// reference (FP8 and INT8 K/V; lengths 1-900 with repeats).
+TEST(CudaAttention, DecodeLongestFirst) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(77);
+  for (int n : {1, 2, 7, 300, cuda::kMaxLongestFirst}) {
+    std::vector<int32_t> lens(static_cast<size_t>(n));
+    std::uniform_int_distribution<int> len(1, n < 100 ? 3 : 900);  // short lists: ties
+    for (auto& x : lens) x = len(rng);
+    std::vector<int32_t> want(lens.size());
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int32_t x, int32_t y) { return lens[x] > lens[y]; });
+    auto dl = backend()->alloc(lens.size() * sizeof(int32_t));
+    auto dord = backend()->alloc(lens.size() * sizeof(int32_t));
+    backend()->upload(dl->data(), lens.data(), lens.size() * sizeof(int32_t));
+    ASSERT_EQ(cuda::launch_longest_first(static_cast<const int32_t*>(dl->data()), n,
+                                         static_cast<int32_t*>(dord->data()), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<int32_t> got(lens.size());
+    backend()->download(got.data(), dord->data(), got.size() * sizeof(int32_t));
+    EXPECT_EQ(got, want) << "n " << n;
+  }
+  EXPECT_EQ(cuda::launch_longest_first(nullptr, cuda::kMaxLongestFirst + 1, nullptr, nullptr), cudaErrorInvalidValue);
+  std::vector<Seq> seqs;
+  std::uniform_int_distribution<int> len(1, 900);
+  for (int i = 0; i < 48; ++i) seqs.push_back({1, i % 5 == 0 ? 333 : len(rng)});
+  for (DType kv : {DType::FP8_E4M3, DType::I8}) check(AttnCase{32, 8, 128, 16, kv, seqs}, {{kAuto}}, 77);
+}
+
 // The FP8 cache against the unquantized one: the error is the format's (e4m3 3 mantissa bits,
 // e5m2 2), not more. Values of +-1 quantize to <= 2^-4 (e4m3) / 2^-3 (e5m2) relative error.
 TEST(CudaAttention, Fp8KvErrorWithinFormat) {

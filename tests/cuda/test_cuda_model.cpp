@@ -446,6 +446,48 @@ TEST(CudaModel, LargeShapesMatchCpu) {
               "or none %.2e\n", worst, worst_plain, worst_lean);
 }
 
+// EMBER_CUDA_TEST_MODEL (8 KV heads): a decode batch of 24 sequences of different lengths has
+// more (sequence, kv head) blocks than an H200 has SMs, so its attention starts them longest
+// first, in an order computed once a step from the step's metadata and kept by its graph. The
+// logits equal those of batch order (EMBER_CUDA_LONGEST_FIRST=0) exactly, over eager, captured
+// and replayed steps (a stale order of another batch would compute some rows twice, others
+// never), with fp8 and int8 K/V (the keys-as-M kernel, the one that takes this order).
+TEST(CudaModel, LongestFirstDecodeEqualsBatchOrder) {
+  SKIP_WITHOUT_GPU();
+  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
+  if (!dir) GTEST_SKIP() << "set EMBER_CUDA_TEST_MODEL to a tools/make_cuda_bench_weights.py checkpoint";
+  const int bpb = 24, n_seqs = 24;
+  for (DType kv : {DType::FP8_E4M3, DType::I8}) {
+    auto lpt = load_runner(dir, "cuda", kv, Seqs::blocks_needed(bpb, n_seqs));
+    setenv("EMBER_CUDA_LONGEST_FIRST", "0", 1);
+    auto plain = load_runner(dir, "cuda", kv, Seqs::blocks_needed(bpb, n_seqs));
+    unsetenv("EMBER_CUDA_LONGEST_FIRST");
+    ASSERT_TRUE(lpt && plain);
+    const int vocab = lpt->vocab_size();
+    std::mt19937 rng(24);
+    std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+    std::vector<std::vector<int32_t>> prompts(n_seqs);
+    for (int s = 0; s < n_seqs; ++s) {
+      prompts[static_cast<size_t>(s)].resize(static_cast<size_t>(5 + 61 * s % 350));
+      for (auto& t : prompts[static_cast<size_t>(s)]) t = tok(rng);
+    }
+    Seqs sa(16, bpb, n_seqs), sb(16, bpb, n_seqs);
+    std::vector<float> la, lb;
+    ASSERT_TRUE(sa.step(*lpt, prompts, false, la).is_ok());
+    ASSERT_TRUE(sb.step(*plain, prompts, false, lb).is_ok());
+    for (int j = 0; j < 6; ++j) {  // eager, capture, replays
+      std::vector<std::vector<int32_t>> next(n_seqs);
+      for (int s = 0; s < n_seqs; ++s) next[static_cast<size_t>(s)] = {argmax(&la[static_cast<size_t>(s) * vocab], vocab)};
+      ASSERT_TRUE(sa.step(*lpt, next, false, la).is_ok());
+      ASSERT_TRUE(sb.step(*plain, next, false, lb).is_ok());
+      for (int s = 0; s < n_seqs; ++s)
+        EXPECT_LE(rel_error(&la[static_cast<size_t>(s) * vocab], &lb[static_cast<size_t>(s) * vocab], vocab), 1e-6)
+            << dtype_name(kv) << " decode " << j << " sequence " << s;
+    }
+    EXPECT_GE(lpt->num_cuda_graphs(), 1u);
+  }
+}
+
 // Weight-only int4 / fp8 / int8 (quantized at load) against BF16 weights on the GPU, same checkpoint:
 // a 3-sequence prompt batch (the large-batch GEMM paths: 3 x 24 rows take int4 / int8's wgmma
 // GEMM on the fixtures, 3 x 40 on the 8B shapes), then batch-3 and batch-1 decode steps

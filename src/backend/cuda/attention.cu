@@ -528,6 +528,30 @@ bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms) {
 
 bool attention_decode_keys_as_m(const PagedAttnArgs& a) { return fp8_decode_swapped(a); }
 
+namespace {
+// Rank of sequence i = how many sequences come before it (longer, or as long with a lower
+// index); a permutation, written at once.
+__global__ void longest_first_kernel(const int32_t* seq_lens, int n, int32_t* order) {
+  extern __shared__ int32_t s_len[];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s_len[i] = seq_lens[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int len = s_len[i];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) rank += s_len[j] > len || (s_len[j] == len && j < i);
+    order[rank] = i;
+  }
+}
+}  // namespace
+
+cudaError_t launch_longest_first(const int32_t* seq_lens, int n, int32_t* order, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (n > kMaxLongestFirst) return cudaErrorInvalidValue;
+  const size_t smem = static_cast<size_t>(n) * sizeof(int32_t);  // (<= 32 KiB: no opt-in)
+  longest_first_kernel<<<1, 512, smem, stream>>>(seq_lens, n, order);
+  return cudaGetLastError();
+}
+
 size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int num_sms) {
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
   int row_tiles = 1, splits = 1, split_len, stages;

@@ -130,6 +130,12 @@ size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int nu
 cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void* workspace,
                                    size_t workspace_bytes, int num_sms, cudaStream_t stream);
 
+// order[0 .. n) = the sequences 0 .. n - 1 longest first (seq_lens descending, ties by index),
+// one block: a decode launch's seq_ids in that order start the longest blocks first, so the
+// grid does not end on a tail of long blocks started last (n <= kMaxLongestFirst).
+constexpr int kMaxLongestFirst = 8192;
+cudaError_t launch_longest_first(const int32_t* seq_lens, int n, int32_t* order, cudaStream_t stream);
+
 // The fallback kernel (attention_simple.cu).
 cudaError_t launch_paged_attention_simple(const PagedAttnArgs& a, cudaStream_t stream);
 

@@ -103,7 +103,10 @@ class CudaBackend final : public Backend, public CudaStep {
 
   // CudaStep
   void set_step_metadata(const std::vector<HostArray>& arrays) override;
-  void clear_step_metadata() override { step_arrays_.clear(); }
+  void clear_step_metadata() override {
+    step_arrays_.clear();
+    ++meta_epoch_;
+  }
   void set_decode_kv_bound(int max_kv) override { kv_bound_ = max_kv; }
   Status begin_capture() override;
   Status end_capture(uint64_t key) override;
@@ -141,6 +144,9 @@ class CudaBackend final : public Backend, public CudaStep {
   void resolve(std::initializer_list<MetaRef*> refs);
   const void* lookup(const void* host, size_t bytes) const;
   const int32_t* seq_ids(const std::vector<int32_t>& ids, MetaRef& ref);
+  // Sequences 0 .. n - 1 longest first (launch_longest_first) on the device, from dev_lens (the
+  // device copy of host_lens); computed once a step while host_lens is in the step metadata.
+  const int32_t* longest_first_order(const int32_t* dev_lens, const int32_t* host_lens, int n);
   bool on_device(const void* p);
 
   // Deferred launches (see the file comment).
@@ -336,6 +342,15 @@ class CudaBackend final : public Backend, public CudaStep {
   bool fp8_outer_ok_ = true;  // ... with the scales inside it (EMBER_CUDA_FP8_OUTER=0: never)
   std::vector<void*> weights_;  // device copies made by prepare_weight
   int32_t* iota_ = nullptr;     // [kIotaSize] 0, 1, 2, ... (sequence-id lists of whole batches)
+  // Whole-batch decode launches of more blocks than the SMs: sequences longest first
+  // (EMBER_CUDA_LONGEST_FIRST=0: in batch order). order_ [kMaxLongestFirst], valid for
+  // (order_lens_, order_n_) at order_epoch_; meta_epoch_ moves with every step's metadata and
+  // every capture's start and end (a failed capture's launches never ran).
+  bool longest_first_ = true;
+  int32_t* order_ = nullptr;
+  const int32_t* order_lens_ = nullptr;
+  int order_n_ = 0;
+  uint64_t meta_epoch_ = 1, order_epoch_ = 0;
   static constexpr int kIotaSize = 1 << 16;
   std::unordered_map<const void*, bool> device_ptr_cache_;
 

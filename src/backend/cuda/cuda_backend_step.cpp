@@ -1,6 +1,7 @@
 // CudaBackend, step level: the step-metadata buffer (one upload per step instead of one per
 // op), CUDA graph capture and replay, growing scratch without breaking graphs, and the
 // deferred launches that fuse neighbouring ops (see cuda_backend_impl.h).
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
@@ -72,6 +73,16 @@ void CudaBackend::resolve(std::initializer_list<MetaRef*> refs) {
   // Pageable source: staged before cudaMemcpyAsync returns, so `pack` may go away.
   EMBER_CUDA_CHECK(cudaMemcpyAsync(d, pack.data(), total, cudaMemcpyHostToDevice, stream_));
   for (auto& [r, off] : misses) r->dev = d + off;
+}
+
+const int32_t* CudaBackend::longest_first_order(const int32_t* dev_lens, const int32_t* host_lens, int n) {
+  const bool in_step = lookup(host_lens, static_cast<size_t>(n) * sizeof(int32_t)) != nullptr;
+  if (in_step && order_epoch_ == meta_epoch_ && order_lens_ == dev_lens && order_n_ == n) return order_;
+  EMBER_CUDA_CHECK(launch_longest_first(dev_lens, n, order_, stream_));
+  order_epoch_ = in_step ? meta_epoch_ : 0;
+  order_lens_ = dev_lens;
+  order_n_ = n;
+  return order_;
 }
 
 const int32_t* CudaBackend::seq_ids(const std::vector<int32_t>& ids, MetaRef& ref) {
@@ -211,6 +222,7 @@ void CudaBackend::set_step_metadata(const std::vector<HostArray>& arrays) {
   EMBER_CHECK(!capturing_, "set_step_metadata during a graph capture");
   flush();
   step_arrays_.clear();
+  ++meta_epoch_;
   size_t total = 0;
   for (const HostArray& a : arrays) total = align_up(total + a.bytes);
   if (total == 0) return;
@@ -245,6 +257,7 @@ Status CudaBackend::begin_capture() {
   flush();
   EMBER_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
+  ++meta_epoch_;
   capture_failed_ = false;
   return Status::ok();
 }
@@ -255,6 +268,7 @@ Status CudaBackend::end_capture(uint64_t key) {
   cudaGraph_t graph = nullptr;
   const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
   capturing_ = false;
+  ++meta_epoch_;
   if (e != cudaSuccess || capture_failed_ || graph == nullptr) {
     (void)cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
