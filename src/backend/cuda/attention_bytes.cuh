@@ -106,6 +106,81 @@ __device__ __forceinline__ void load_v_quad(uint32_t (&vw)[4][D / 32], const uin
   }
 }
 
+// The cp.async pipeline of a one-byte decode block (128 threads): kStages stages of K and V
+// tiles (chunks swizzled as above) and INT8's per-key scales. The block-table ids of a tile are
+// loaded from global memory an iteration before its copy, or (kStagedIds) copied into shared
+// memory with the group kStages - 1 tiles earlier (KvTileLoader::stage_ids): group g brings
+// tile g and the ids of tile g + kStages - 1, whose copy starts once group g has landed. Under
+// full DRAM traffic a global load waits behind the tiles in flight, longer than the keys-as-M
+// kernel's iteration (ncu put a tenth of its stall samples on the ids); the 16-row kernel's
+// longer iteration hides it, and staging measured 5% slower there (session 18 call 8).
+// Shared memory: byte_ring_smem.
+//   [kStages][K, V][kTileKeys][D] bytes | INT8: [kStages][K, V][kTileKeys] floats | staged: [kStages][ids]
+template <int D, int kStages, bool kI8, int kRun, bool kStagedIds>
+struct ByteTileRing {
+  using Loader = KvTileLoader<D, kDecodeWarps * 32, kRun>;
+  static constexpr int kTileBytes = kTileKeys * D;
+  static constexpr int kIds = Loader::kIdsPerTile;
+  static_assert(kIds == kTileKeys + 1, "byte_ring_smem sizes the ids so");
+  uint8_t* kv;
+  float* sc;
+  int32_t* ids;
+  Loader ld;
+  int n_tiles, issue_stage = kStages - 1, read_stage = 0, ids_read = kStages - 1, ids_write = 2 * kStages - 2;
+
+  __device__ __forceinline__ ByteTileRing(void* smem, const PagedAttnArgs& a, const AttnSpan& sp)
+      : kv(static_cast<uint8_t*>(smem)),
+        sc(reinterpret_cast<float*>(kv + kStages * 2 * kTileBytes)),
+        ids(reinterpret_cast<int32_t*>(sc + (kI8 ? kStages * 2 * kTileKeys : 0))),
+        ld(a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi),
+        n_tiles(sp.n_tiles) {}
+
+  __device__ __forceinline__ void issue(const PagedAttnArgs& a, int stage) {
+    ld.issue([=](int k0, int key, int c, int which) {  // (the swizzles depend on key & 7 only)
+      const int pos = which ? fp8_v_chunk<D>(key, c) : fp8_k_chunk<D>(key, c);
+      return kv + (stage * 2 + which) * kTileBytes + (k0 + key) * D + 16 * pos;
+    });
+    if constexpr (kI8)
+      ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, sc + stage * 2 * kTileKeys,
+                      sc + (stage * 2 + 1) * kTileKeys);
+  }
+  // Tiles 0 .. kStages - 2 in flight (ids from the block table), one commit group each.
+  __device__ __forceinline__ void prologue(const PagedAttnArgs& a) {
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < n_tiles) {
+        ld.load_ids();
+        issue(a, st);
+      }
+      if constexpr (kStagedIds) ld.stage_ids(ids + (st + kStages - 1) % kStages * kIds, st + kStages - 1, threadIdx.x);
+      cp_async_commit();
+    }
+    if (!kStagedIds && kStages - 1 < n_tiles) ld.load_ids();
+  }
+  // Waits for tile `tile` (everyone is done with the one before after the barrier), starts the
+  // copy of tile + kStages - 1 and returns the stage of tile: its K tile, V after it, and
+  // (INT8) its K scales, V's after them.
+  __device__ __forceinline__ void next(const PagedAttnArgs& a, int tile, const uint8_t*& k_tile, const float*& scales) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (tile + kStages - 1 < n_tiles) {
+      if constexpr (kStagedIds) ld.load_ids(ids + ids_read % kStages * kIds);
+      issue(a, issue_stage);
+      if (!kStagedIds && tile + kStages < n_tiles) ld.load_ids();
+    }
+    if constexpr (kStagedIds) {
+      // (slot ids_write % kStages held the ids read an iteration ago, before this barrier)
+      ld.stage_ids(ids + ids_write % kStages * kIds, ids_write, threadIdx.x);
+      ++ids_read;
+      ++ids_write;
+    }
+    cp_async_commit();
+    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
+    k_tile = kv + read_stage * 2 * kTileBytes;
+    scales = sc + read_stage * 2 * kTileKeys;
+    read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
+  }
+};
 // A one-byte decode kernel's launch for L.a's head dim (64 / 128), cache type (FP8 e4m3 / e5m2,
 // INT8) and stages (2, 3, 4, 6): Kernel::launch<D, kStages, kFmt>(L, grid, stream);
 // cudaErrorInvalidValue for anything else.

@@ -57,12 +57,16 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // scale per (slot, head) for K and for V (KvLayer's k_scales / v_scales).
 constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2, kKvI8 = 3;
 
-// FP8 decode (paged_attn_fp8_decode_kernel): kStages stages of fp8 K and V tiles; the 4 warps'
-// partial states (F32 O [kDecodeWarps][16][D + 4], then m and l) reuse them at the end.
+// One-byte decode (ByteTileRing, attention_bytes.cuh): kStages stages of K and V tiles (INT8:
+// and their [K, V][kTileKeys] float scales; staged_ids: and of a tile's block-table ids).
+constexpr size_t byte_ring_smem(int stages, int D, bool scales, bool staged_ids) {
+  return static_cast<size_t>(stages) * (2 * kTileKeys * (D + (scales ? 4 : 0)) + (staged_ids ? 4 * (kTileKeys + 1) : 0));
+}
+// FP8 decode (paged_attn_fp8_decode_kernel): the ring; the 4 warps' partial states (F32 O
+// [kDecodeWarps][16][D + 4], then m and l) reuse it at the end.
 constexpr int fp8_o_stride(int D) { return D + 4; }  // padded: fewer bank conflicts
-// INT8 (scales): each stage also holds the tile's K and V scales, [K, V][kTileKeys] floats.
 constexpr size_t fp8_decode_smem(int stages, int D, bool scales = false) {
-  const size_t tiles = static_cast<size_t>(stages) * 2 * kTileKeys * (D + (scales ? 4 : 0));
+  const size_t tiles = byte_ring_smem(stages, D, scales, false);
   const size_t merge = (static_cast<size_t>(kDecodeWarps) * kDecodeRows * fp8_o_stride(D) +
                         2 * kDecodeWarps * kDecodeRows) * sizeof(float);
   return tiles > merge ? tiles : merge;
@@ -81,13 +85,14 @@ constexpr int fp8_decode_blocks_per_sm(int stages, int D, bool scales = false) {
 // buffer [kDecodeWarps][kSwapRows][D + 4] floats and m, l. Its registers (no 16-row O) leave
 // room for a fourth block per SM where the shared memory has it.
 constexpr int kSwapRows = 8;
-// Its loader's run (16-byte chunks a thread copies of a row): FP8 one, so that a warp's
-// cp.async covers whole 128-byte rows (the kernel is bound by L2 requests, which 64-byte runs
-// double: ncu, the same request count as the BF16 kernel for half the bytes); INT8 two
-// (measured faster there).
+// The keys-as-M kernel's loader run (16-byte chunks a thread copies of a row): FP8 one, so that
+// a warp's cp.async covers whole 128-byte rows (the kernel was bound by L2 requests, which
+// 64-byte runs double: ncu, the same request count as the BF16 kernel for half the bytes);
+// INT8 two (measured faster there). The 16-row kernel keeps two (one measured slower there:
+// its registers are at their cap).
 constexpr int fp8_swap_run(bool i8) { return i8 ? 2 : 1; }
 constexpr size_t fp8_swap_smem(int stages, int D, bool scales = false) {
-  const size_t tiles = static_cast<size_t>(stages) * (2 * kTileKeys * (D + (scales ? 4 : 0)) + 4 * (kTileKeys + 1));
+  const size_t tiles = byte_ring_smem(stages, D, scales, true);
   const size_t merge = (static_cast<size_t>(kDecodeWarps) * kSwapRows * fp8_o_stride(D) +
                         2 * kDecodeWarps * kSwapRows) * sizeof(float);
   return tiles > merge ? tiles : merge;

@@ -146,16 +146,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   constexpr int kTileBytes = kTileKeys * D;  // one K or V tile
   constexpr int kNtO = D / 8;
   static_assert(kStages >= 2 && (D == 64 || D == 128) && kFp8 != kKvNative);
-  // 32-byte runs: 2 keys per thread at D 128. (One key per thread pair, 64-byte runs, saves
-  // the second table lookup and address but puts 16 cache lines in every cp.async: measured
-  // 17% slower, long- and short-scoreboard stalls doubled.)
-  using Loader = KvTileLoader<D, kDecodeWarps * 32, 2>;
+  // 32-byte runs: 2 keys per thread at D 128. (64-byte runs were 17% slower: long- and
+  // short-scoreboard stalls doubled; 16-byte runs and staged ids 5-10% slower, session 18.)
+  using Ring = ByteTileRing<D, kStages, kI8, 2, /*kStagedIds=*/false>;
 
   const PagedAttnArgs& a = L.a;
-  extern __shared__ uint4 smem[];
-  uint8_t* s_kv = reinterpret_cast<uint8_t*>(smem);  // [kStages][K, V][kTileKeys][D] fp8, chunks swizzled
-  // INT8: then the scales, [kStages][K, V][kTileKeys].
-  float* s_sc = reinterpret_cast<float*>(s_kv + kStages * 2 * kTileBytes);
+  extern __shared__ uint4 smem[];  // the ring (byte_ring_smem), then the merge buffer
 
   pdl_enter(a.pdl_release_early);  // (a programmatic dependent: q and the cache are written before)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -166,25 +162,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
     if (a.rope.active) decode_rope_store<S, D>(a, sp.q0, sp.n_rows, L.group, blockIdx.y);  // (block-uniform)
   }
 
-  Loader ld(a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
-  auto stage_dst = [&](int stage) {  // (the swizzles depend on key & 7 only: one per thread)
-    return [=](int k0, int key, int c, int kv) {
-      const int pos = kv ? fp8_v_chunk<D>(key, c) : fp8_k_chunk<D>(key, c);
-      return s_kv + (stage * 2 + kv) * kTileBytes + (k0 + key) * D + 16 * pos;
-    };
-  };
-  // Prologue: tiles 0 .. kStages - 2 in flight, one commit group each (empty past the end).
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < sp.n_tiles) {
-      ld.load_ids();
-      ld.issue(stage_dst(st));
-      if constexpr (kI8) ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + st * 2 * kTileKeys,
-                        s_sc + (st * 2 + 1) * kTileKeys);
-    }
-    cp_async_commit();
-  }
-  if (kStages - 1 < sp.n_tiles) ld.load_ids();
+  Ring ring(smem, a, sp);
+  ring.prologue(a);
 
   // Q straight from global memory into registers while the first tiles are in flight.
   uint32_t qa[D / 16][4];
@@ -208,22 +187,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   const int col = key_off + 2 * (lane & 3);  // this lane's score columns: col, col + 1 (+ 8)
   float v_ref = 0.0f, inv_v_ref = 0.0f;      // INT8 (see above)
 
-  int stage = 0, issue_stage = kStages - 1;
   for (int t = 0; t < sp.n_tiles; ++t) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
-    if (t + kStages - 1 < sp.n_tiles) {
-      ld.issue(stage_dst(issue_stage));  // into the stage tile t - 1 used
-      if constexpr (kI8)
-        ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + issue_stage * 2 * kTileKeys,
-                        s_sc + (issue_stage * 2 + 1) * kTileKeys);
-      if (t + kStages < sp.n_tiles) ld.load_ids();
-    }
-    cp_async_commit();
-    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
-    const uint8_t* k_s = s_kv + stage * 2 * kTileBytes;
-    const float* sc = s_sc + stage * 2 * kTileKeys;
-    stage = stage + 1 == kStages ? 0 : stage + 1;
+    const uint8_t* k_s;
+    const float* sc;
+    ring.next(a, t, k_s, sc);
     const int key0 = sp.t_begin + t * kTileKeys + key_off;
 
     float s[2][4] = {};

@@ -104,14 +104,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   constexpr int kMt = D / 16;                // m-tiles of O^T
   constexpr int kB = D / 8;                  // bytes of a V row one lane reads
   static_assert(kStages >= 2 && (D == 64 || D == 128) && kFmt != kKvNative);
-  using Loader = KvTileLoader<D, kDecodeWarps * 32, fp8_swap_run(kI8)>;
+  using Ring = ByteTileRing<D, kStages, kI8, fp8_swap_run(kI8), /*kStagedIds=*/true>;
 
   const PagedAttnArgs& a = L.a;
-  extern __shared__ uint4 smem[];
-  uint8_t* s_kv = reinterpret_cast<uint8_t*>(smem);  // [kStages][K, V][kTileKeys][D], chunks swizzled
-  float* s_sc = reinterpret_cast<float*>(s_kv + kStages * 2 * kTileBytes);  // INT8: [kStages][K, V][kTileKeys]
-  // Block-table entries of the tile kStages - 1 ahead of the one each group brings: [kStages][kIdsPerTile]
-  int32_t* s_ids = reinterpret_cast<int32_t*>(s_sc + (kI8 ? kStages * 2 * kTileKeys : 0));
+  extern __shared__ uint4 smem[];  // the ring (byte_ring_smem), then the merge buffer
 
   pdl_enter(a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -128,29 +124,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   float q_sum = 0.0f;
   load_q_swap<D>(qb, L, sp, lane, kI8 ? &q_sum : nullptr);
 
-  Loader ld(a, sp.seq, blockIdx.y, sp.t_begin, sp.kv_hi);
-  auto stage_dst = [&](int stage) {
-    return [=](int k0, int key, int c, int kv) {
-      const int pos = kv ? fp8_v_chunk<D>(key, c) : fp8_k_chunk<D>(key, c);
-      return s_kv + (stage * 2 + kv) * kTileBytes + (k0 + key) * D + 16 * pos;
-    };
-  };
-  // Group g brings tile g and the block-table entries of tile g + kStages - 1, whose copy is
-  // issued once group g has landed: under full DRAM traffic a global load waits behind the
-  // tiles in flight, longer than an iteration (ncu: a tenth of the stall samples on the ids).
-  constexpr int kIds = Loader::kIdsPerTile;
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < sp.n_tiles) {
-      ld.load_ids();
-      ld.issue(stage_dst(st));
-      if constexpr (kI8) ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + st * 2 * kTileKeys,
-                        s_sc + (st * 2 + 1) * kTileKeys);
-    }
-    ld.stage_ids(s_ids + (st + kStages - 1) % kStages * kIds, st + kStages - 1, threadIdx.x);
-    cp_async_commit();
-  }
-  int ids_read = kStages - 1, ids_write = 2 * kStages - 2;  // ring slots (mod kStages) and tile
+  Ring ring(smem, a, sp);
+  ring.prologue(a);
 
   // INT8: 1152 * (sum of Q row r) is in every score of row r; this lane's columns are rows 2t
   // and 2t + 1, whose sums lanes 8t and 8t + 4 hold.
@@ -176,27 +151,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   const float inv_cap = kSoftcap ? 1.0f / a.softcap : 0.0f;
   float v_ref = 0.0f, inv_v_ref = 0.0f;  // INT8 (see the 16-row kernel)
 
-  int stage = 0, issue_stage = kStages - 1;
   for (int tile = 0; tile < sp.n_tiles; ++tile) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile visible to all; everyone is done reading the previous one
-    if (tile + kStages - 1 < sp.n_tiles) {
-      ld.load_ids(s_ids + ids_read % kStages * kIds);
-      ld.issue(stage_dst(issue_stage));
-      if constexpr (kI8)
-        ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, s_sc + issue_stage * 2 * kTileKeys,
-                        s_sc + (issue_stage * 2 + 1) * kTileKeys);
-    }
-    // (slot ids_write % kStages held the ids read an iteration ago, before this barrier)
-    ld.stage_ids(s_ids + ids_write % kStages * kIds, ids_write, threadIdx.x);
-    ++ids_read;
-    ++ids_write;
-    cp_async_commit();
-    issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;
-    const uint8_t* k_s = s_kv + stage * 2 * kTileBytes;
+    const uint8_t* k_s;
+    const float* sc;
+    ring.next(a, tile, k_s, sc);
     const uint8_t* v_s = k_s + kTileBytes;
-    const float* sc = s_sc + stage * 2 * kTileKeys;
-    stage = stage + 1 == kStages ? 0 : stage + 1;
     const int key0 = sp.t_begin + tile * kTileKeys + key_off;
 
     // S^T: two accumulator chains (even and odd k-steps), summed after.
