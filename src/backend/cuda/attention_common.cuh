@@ -247,8 +247,8 @@ __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
 // Cache slots are found without divisions in the loop: (tile start) / block_size is carried
 // from tile to tile, and each thread's in-tile offsets are divided once. Block ids of a tile
 // are loaded one iteration before its copy is issued (kept apart from the multiply that uses
-// them), so the copy never waits on the table; or (stage_ids / load_ids_staged) copied into
-// shared memory with an earlier tile's data, for kernels whose iteration is shorter than a
+// them), so the copy never waits on the table; or (stage_ids, then load_ids(staged)) copied
+// into shared memory with an earlier tile's data, for kernels whose iteration is shorter than a
 // global load's latency under full DRAM traffic (the load queues behind the tiles in flight).
 template <int kRowBytes, int kThreads, int kRun>
 struct KvTileLoader {
@@ -613,10 +613,10 @@ cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 bl
   return launch_kernel(L.a.softcap > 0.0f ? kCapped : kPlain, grid, block, smem, stream, L.a.pdl, L);
 }
 
-// The FP8 decode kernel's launch (attention_fp8.cu): D from L.a.head_dim (64 / 128), the cache
-// type from L.a.kv_type (FP8_E4M3 / FP8_E5M2), stages 2, 3, 4 or 6; cudaErrorInvalidValue for
-// anything else.
-// Launches of fp8_decode_swapped arguments go to the swapped kernel.
+// The one-byte decode kernel's launch (attention_fp8.cu): D from L.a.head_dim (64 / 128), the
+// cache type from L.a.kv_type (FP8_E4M3 / FP8_E5M2 / I8), stages 2, 3, 4 or 6;
+// cudaErrorInvalidValue for anything else. Launches of fp8_decode_swapped arguments go to the
+// swapped kernel.
 cudaError_t launch_fp8_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);
 // The swapped kernel's launch (attention_fp8_swap.cu), the same arguments and stage counts.
 cudaError_t launch_fp8_swap_decode(const Launch& L, int stages, dim3 grid, cudaStream_t stream);

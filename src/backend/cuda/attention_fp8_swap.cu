@@ -12,8 +12,9 @@
 // both operands of a sum agree, output dims as long as they are put back):
 //  - Q K^T: k-step c = 4u + w takes word w of the 16-byte chunk 4u + t of keys g and g + 8
 //    (A rows g, g + 8): dims 64u + 16t + 4w + {0, 1} as k 2t, 2t + 1 and + {2, 3} as k 2t + 8,
-//    2t + 9; Q row g's B fragment holds the same dims. The K tile layout and loads are the
-//    16-row kernel's.
+//    2t + 9; Q row g's B fragment holds the same dims. The K tile layout and fragment loads
+//    are the 16-row kernel's; its cp.async ring (ByteTileRing) copies whole 128-byte rows
+//    per warp instruction (FP8) and stages the block-table ids in shared memory.
 //  - S^T's C fragment (keys g, g + 8; rows 2t, 2t + 1), rounded to F16 P^T, is transposed in
 //    registers (movmatrix) into P^T's B fragment (keys 2t, 2t + 1 / 2t + 8, 2t + 9; row g).
 //  - P V: the lane loads the V bytes of keys 2t, 2t + 1, 2t + 8, 2t + 9 at dims (D/8) g ..
