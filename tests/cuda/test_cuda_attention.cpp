@@ -449,10 +449,10 @@ Run decode_16_rows() {
 }
 
 // The one-byte decode kernel with keys as the MMA rows (launches of <= 8 packed rows a sequence:
-// one token with GQA groups up to 8, or 2-4 tokens of GQA 2-4, rows of different positions) at
-// every stage count it builds and forced split counts: Llama-3 shapes around tile edges, GQA 1
-// with block size 7 at head dim 64, GQA 8 with window + soft-cap, 4100-4500 keys, and (INT8)
-// rows whose scales lie 10^6 apart; the 16-row kernel on the same problems beside it.
+// one token with GQA groups up to 8, 2 tokens of GQA 4 or up to 4 of GQA 2: rows of different
+// positions) at every stage count it builds and forced split counts: Llama-3 shapes around tile
+// edges, GQA 1 with block size 7 at head dim 64, GQA 8 with window + soft-cap, 4100-4500 keys,
+// and (INT8) rows whose scales lie 10^6 apart; the 16-row kernel on the same problems beside it.
 TEST(CudaAttention, ByteDecodeKeysAsM) {
   SKIP_WITHOUT_GPU();
   cuda::PagedAttnArgs a;  // which launches take it
