@@ -126,7 +126,7 @@ struct ByteTileRing {
   float* sc;
   int32_t* ids;
   Loader ld;
-  int n_tiles, issue_stage = kStages - 1, read_stage = 0, ids_read = kStages - 1, ids_write = 2 * kStages - 2;
+  int n_tiles, issue_stage = kStages - 1, read_stage = 0;
 
   __device__ __forceinline__ ByteTileRing(void* smem, const PagedAttnArgs& a, const AttnSpan& sp)
       : kv(static_cast<uint8_t*>(smem)),
@@ -164,15 +164,14 @@ struct ByteTileRing {
     cp_async_wait<kStages - 2>();
     __syncthreads();
     if (tile + kStages - 1 < n_tiles) {
-      if constexpr (kStagedIds) ld.load_ids(ids + ids_read % kStages * kIds);
+      if constexpr (kStagedIds) ld.load_ids(ids + (tile + kStages - 1) % kStages * kIds);
       issue(a, issue_stage);
       if (!kStagedIds && tile + kStages < n_tiles) ld.load_ids();
     }
     if constexpr (kStagedIds) {
-      // (slot ids_write % kStages held the ids read an iteration ago, before this barrier)
-      ld.stage_ids(ids + ids_write % kStages * kIds, ids_write, threadIdx.x);
-      ++ids_read;
-      ++ids_write;
+      // (its slot held the ids read an iteration ago, before this barrier)
+      const int ahead = tile + 2 * kStages - 2;
+      ld.stage_ids(ids + ahead % kStages * kIds, ahead, threadIdx.x);
     }
     cp_async_commit();
     issue_stage = issue_stage + 1 == kStages ? 0 : issue_stage + 1;

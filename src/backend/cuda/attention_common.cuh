@@ -62,22 +62,29 @@ constexpr int kKvNative = 0, kKvE4M3 = 1, kKvE5M2 = 2, kKvI8 = 3;
 constexpr size_t byte_ring_smem(int stages, int D, bool scales, bool staged_ids) {
   return static_cast<size_t>(stages) * (2 * kTileKeys * (D + (scales ? 4 : 0)) + (staged_ids ? 4 * (kTileKeys + 1) : 0));
 }
-// FP8 decode (paged_attn_fp8_decode_kernel): the ring; the 4 warps' partial states (F32 O
-// [kDecodeWarps][16][D + 4], then m and l) reuse it at the end.
+// A one-byte decode kernel's shared memory: the ring, which the 4 warps' partial states (F32 O
+// [kDecodeWarps][rows][D + 4], then m and l) reuse at the end; and the blocks an SM holds of
+// it: what 228 KiB holds (1 KiB reserved per block), at most max_blocks (its register budget).
 constexpr int fp8_o_stride(int D) { return D + 4; }  // padded: fewer bank conflicts
-constexpr size_t fp8_decode_smem(int stages, int D, bool scales = false) {
-  const size_t tiles = byte_ring_smem(stages, D, scales, false);
-  const size_t merge = (static_cast<size_t>(kDecodeWarps) * kDecodeRows * fp8_o_stride(D) +
-                        2 * kDecodeWarps * kDecodeRows) * sizeof(float);
+constexpr size_t byte_decode_smem(int stages, int D, bool scales, int rows, bool staged_ids) {
+  const size_t tiles = byte_ring_smem(stages, D, scales, staged_ids);
+  const size_t merge =
+      (static_cast<size_t>(kDecodeWarps) * rows * fp8_o_stride(D) + 2 * kDecodeWarps * rows) * sizeof(float);
   return tiles > merge ? tiles : merge;
 }
-// Its blocks per SM: what 228 KiB of shared memory holds (1 KiB reserved per block), at most
-// 3 so that a thread keeps 168 registers and nothing spills (4 blocks, 128 registers, spilled
-// loop invariants and measured 4% slower at b256 x 1024 keys).
+constexpr int byte_decode_blocks_per_sm(size_t smem, int max_blocks) {
+  const int by_smem = static_cast<int>((228u << 10) / (smem + 1024));
+  return by_smem < 1 ? 1 : (by_smem > max_blocks ? max_blocks : by_smem);
+}
+// FP8 decode (paged_attn_fp8_decode_kernel, 16 rows): at most 3 blocks an SM, so that a thread
+// keeps 168 registers and nothing spills (4 blocks, 128 registers, spilled loop invariants and
+// measured 4% slower at b256 x 1024 keys).
 constexpr int kFp8DecodeMaxBlocksPerSm = 3;
+constexpr size_t fp8_decode_smem(int stages, int D, bool scales = false) {
+  return byte_decode_smem(stages, D, scales, kDecodeRows, false);
+}
 constexpr int fp8_decode_blocks_per_sm(int stages, int D, bool scales = false) {
-  const int by_smem = static_cast<int>((228u << 10) / (fp8_decode_smem(stages, D, scales) + 1024));
-  return by_smem < 1 ? 1 : (by_smem > kFp8DecodeMaxBlocksPerSm ? kFp8DecodeMaxBlocksPerSm : by_smem);
+  return byte_decode_blocks_per_sm(fp8_decode_smem(stages, D, scales), kFp8DecodeMaxBlocksPerSm);
 }
 
 // The swapped one-byte decode kernel (attention_fp8_swap.cu: keys as the MMA rows) takes
@@ -92,10 +99,7 @@ constexpr int kSwapRows = 8;
 // its registers are at their cap).
 constexpr int fp8_swap_run(bool i8) { return i8 ? 2 : 1; }
 constexpr size_t fp8_swap_smem(int stages, int D, bool scales = false) {
-  const size_t tiles = byte_ring_smem(stages, D, scales, true);
-  const size_t merge = (static_cast<size_t>(kDecodeWarps) * kSwapRows * fp8_o_stride(D) +
-                        2 * kDecodeWarps * kSwapRows) * sizeof(float);
-  return tiles > merge ? tiles : merge;
+  return byte_decode_smem(stages, D, scales, kSwapRows, true);
 }
 constexpr int kFp8SwapMaxBlocksPerSm = 4;
 // Its default stages (4 blocks per SM either way), measured on an H200 (session 18): FP8 3,
@@ -103,8 +107,7 @@ constexpr int kFp8SwapMaxBlocksPerSm = 4;
 constexpr int kSwapFp8DecodeStages = 3;
 constexpr int kSwapI8DecodeStages = 2;
 constexpr int fp8_swap_blocks_per_sm(int stages, int D, bool scales = false) {
-  const int by_smem = static_cast<int>((228u << 10) / (fp8_swap_smem(stages, D, scales) + 1024));
-  return by_smem < 1 ? 1 : (by_smem > kFp8SwapMaxBlocksPerSm ? kFp8SwapMaxBlocksPerSm : by_smem);
+  return byte_decode_blocks_per_sm(fp8_swap_smem(stages, D, scales), kFp8SwapMaxBlocksPerSm);
 }
 // Whether a one-byte decode launch takes the swapped kernel: asked for (decode_keys_as_m) and
 // at most kSwapRows packed rows a sequence.
