@@ -5,6 +5,7 @@
 #include "cli/bench_throughput.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/step_profile.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -26,12 +27,12 @@ struct SpeedOptions {
   int n_prompt = 512;
   int n_gen = 128;
   int repetitions = 3;
+  bool host_argmax = false;
   std::string json_path;
 };
 
-// Runs one sequence of `tokens` (chunk of a longer sequence starting at `start`).
-Status run_chunk(ModelRunner& r, const std::vector<int32_t>& tokens, int start, int n_blocks, int block_size,
-                 std::vector<float>& logits) {
+// One sequence of `tokens` (chunk of a longer sequence starting at `start`).
+ForwardBatch chunk_batch(const std::vector<int32_t>& tokens, int start, int n_blocks, int block_size) {
   ForwardBatch b;
   b.token_ids = tokens;
   const int n = static_cast<int>(tokens.size());
@@ -44,7 +45,24 @@ Status run_chunk(ModelRunner& r, const std::vector<int32_t>& tokens, int start, 
   b.max_blocks_per_seq = n_blocks;
   b.query_start = {0, n};
   b.seq_lens = {start + n};
-  return r.execute(b, logits);
+  return b;
+}
+
+Status run_chunk(ModelRunner& r, const std::vector<int32_t>& tokens, int start, int n_blocks, int block_size,
+                 std::vector<float>& logits) {
+  return r.execute(chunk_batch(tokens, start, n_blocks, block_size), logits);
+}
+
+// One greedy decode step from `token` at position `pos`; the next token.
+int32_t decode_greedy(ModelRunner& r, bool host_argmax, int32_t token, int pos, int n_blocks, int block_size,
+                      std::vector<float>& logits, std::vector<int32_t>& ids) {
+  const ForwardBatch b = chunk_batch({token}, pos, n_blocks, block_size);
+  if (!host_argmax && r.can_execute_argmax()) {
+    if (!r.execute_argmax(b, ids).is_ok() || ids.empty()) return token;
+    return ids[0];
+  }
+  (void)r.execute(b, logits);
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 // Bytes of the checkpoint on disk: the GGUF file, or the safetensors shards of a directory.
@@ -110,17 +128,22 @@ int run_speed(const SpeedOptions& o) {
     return 1;
   }
   std::vector<double> pp, tg;
+  std::vector<int32_t> ids;
+  const bool host_argmax = o.host_argmax || !r.can_execute_argmax();
   for (int rep = 0; rep < o.repetitions; ++rep) {
     auto t0 = Clock::now();
     if (o.n_prompt > 0) (void)run_chunk(r, prompt, 0, n_blocks, block_size, logits);
     auto t1 = Clock::now();
     if (o.n_prompt > 0) pp.push_back(o.n_prompt / std::chrono::duration<double>(t1 - t0).count());
-    // Decode from an empty context, as llama-bench's tg does.
+    // Decode from an empty context, as llama-bench's tg does; each step picks its token as the
+    // engine does for a greedy request (the executor's argmax: a GPU returns one id, not the
+    // vocabulary's logits; --host-argmax downloads them and takes the argmax here instead).
     int32_t next = prompt.empty() ? 1 : prompt.back();
     t0 = Clock::now();
     for (int i = 0; i < o.n_gen; ++i) {
-      (void)run_chunk(r, {next}, i, n_blocks, block_size, logits);
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (step_profile::enabled()) step_profile::begin_step(true, 1, 1);
+      const step_profile::Scope wall("step (wall)");
+      next = decode_greedy(r, host_argmax, next, i, n_blocks, block_size, logits, ids);
     }
     t1 = Clock::now();
     if (o.n_gen > 0) tg.push_back(o.n_gen / std::chrono::duration<double>(t1 - t0).count());
@@ -134,9 +157,10 @@ int run_speed(const SpeedOptions& o) {
     j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", median(pp)}};
     fmt::print("pp{}: {:.2f} tok/s\n", o.n_prompt, median(pp));
   }
+  if (step_profile::enabled()) fmt::print(stderr, "{}", step_profile::report());
   if (!tg.empty()) {
-    j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", median(tg)}};
-    fmt::print("tg{}: {:.2f} tok/s\n", o.n_gen, median(tg));
+    j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", median(tg)}, {"argmax", host_argmax ? "host" : "executor"}};
+    fmt::print("tg{}: {:.2f} tok/s{}\n", o.n_gen, median(tg), host_argmax ? " (argmax on the host)" : "");
   }
   // Weights are memory-mapped, so the touched pages of the file count in RSS once; anything
   // above file + KV cache is scratch, tables and copies.
@@ -164,6 +188,9 @@ CommandFn register_bench(CLI::App& app) {
   speed->add_option("-p,--n-prompt", so->n_prompt, "prompt tokens (pp)")->check(CLI::Range(0, 1 << 16));
   speed->add_option("-n,--n-gen", so->n_gen, "generated tokens (tg)")->check(CLI::Range(0, 1 << 16));
   speed->add_option("-r,--repetitions", so->repetitions, "repetitions (median reported)")->check(CLI::Range(1, 100));
+  speed->add_flag("--host-argmax", so->host_argmax,
+                  "decode steps download every logit and take the argmax on the host (by default the executor's "
+                  "argmax, as the engine runs a greedy request)");
   speed->add_option("--json", so->json_path, "write results as JSON");
   auto* thr = cmd->add_subcommand("throughput", "offline serving throughput through the engine");
   auto to = std::make_shared<ThroughputOptions>();
