@@ -144,18 +144,28 @@ struct ByteTileRing {
       ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, sc + stage * 2 * kTileKeys,
                       sc + (stage * 2 + 1) * kTileKeys);
   }
-  // Tiles 0 .. kStages - 2 in flight (ids from the block table), one commit group each.
-  __device__ __forceinline__ void prologue(const PagedAttnArgs& a) {
+  // Tiles 0 .. kStages - 2 in flight (ids from the block table), one commit group each:
+  // prologue_old issues the leading ones whose keys all precede first_new (a kernel with the
+  // fused rope calls it before its PDL wait, as the 16-bit kernel does) and returns how many,
+  // prologue(a, from) the rest.
+  __device__ __forceinline__ int prologue_old(const PagedAttnArgs& a, int t_begin, int first_new) {
+    int st = 0;
+    for (; st < kStages - 1 && st < n_tiles && t_begin + (st + 1) * kTileKeys <= first_new; ++st) prologue_tile(a, st);
+    return st;
+  }
+  __device__ __forceinline__ void prologue(const PagedAttnArgs& a, int from = 0) {
 #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
-      if (st < n_tiles) {
-        ld.load_ids();
-        issue(a, st);
-      }
-      if constexpr (kStagedIds) ld.stage_ids(ids + (st + kStages - 1) % kStages * kIds, st + kStages - 1, threadIdx.x);
-      cp_async_commit();
-    }
+    for (int st = 0; st < kStages - 1; ++st)
+      if (st >= from) prologue_tile(a, st);
     if (!kStagedIds && kStages - 1 < n_tiles) ld.load_ids();
+  }
+  __device__ __forceinline__ void prologue_tile(const PagedAttnArgs& a, int st) {
+    if (st < n_tiles) {
+      ld.load_ids();
+      issue(a, st);
+    }
+    if constexpr (kStagedIds) ld.stage_ids(ids + (st + kStages - 1) % kStages * kIds, st + kStages - 1, threadIdx.x);
+    cp_async_commit();
   }
   // Waits for tile `tile` (everyone is done with the one before after the barrier), starts the
   // copy of tile + kStages - 1 and returns the stage of tile: its K tile, V after it, and

@@ -124,45 +124,80 @@ inline bool fp8_decode_swapped(const PagedAttnArgs& a) {
 // element), with launch_rope_kv_store's arithmetic (same sincosf, factor and rotation
 // expressions), so both paths store the same bytes. Then a barrier, before the block reads q
 // or any K/V tile. Called only for one block per (sequence, kv head) (row0 is 0).
+// Every load of a round is issued before its first store: the compiler may not move a load
+// above a store to memory it cannot prove apart, and a warp issues in order, so a head at a
+// time cost one L2 round trip per head (5 for Llama-3's group of 4 and its k head) plus the v
+// row's, on the critical path of every batch-1 layer.
 template <typename S, int D>
 __device__ __forceinline__ void decode_rope_store(const PagedAttnArgs& a, int q0, int n_rows, int G, int kh) {
   constexpr int kHalf = D / 2;
+  constexpr int kHeadsPerRound = 8;
   const DecodeRopeArgs& r = a.rope;
   const int n_new = n_rows / G;
   float* q = const_cast<float*>(a.q);
   const size_t kv_row = static_cast<size_t>(a.n_kv_heads) * D;
   S* k_cache = static_cast<S*>(const_cast<void*>(a.k));
   S* v_cache = static_cast<S*>(const_cast<void*>(a.v));
+  auto v_index = [&](int it, int32_t& slot) {  // (token, dim) it of the v rows: cache slot, offset
+    const int t = q0 + it / D, d = it % D;
+    slot = r.slots[t];
+    return static_cast<size_t>(kh) * D + d;
+  };
+  // This thread's first v element, loaded with the first round's q / k pairs.
+  const int v_first = threadIdx.x;
+  int32_t v_first_slot = -1;
+  float v_first_val = 0.0f;
+  size_t v_first_off = 0;
+  if (v_first < n_new * D) {
+    v_first_off = v_index(v_first, v_first_slot);
+    v_first_val = r.v[(q0 + v_first / D) * kv_row + v_first_off];
+  }
   // A thread per (token, rotated pair): one sincosf for the pair's G q heads and its k head.
   for (int it = threadIdx.x; it < n_new * kHalf; it += blockDim.x) {
     const int i = it % kHalf, t = q0 + it / kHalf;
     const float pos = static_cast<float>(r.positions[t]);
-    float sn, cs;
-    sincosf(pos * r.inv_freq[i], &sn, &cs);
-    cs = cs * r.factor;
-    sn = sn * r.factor;
+    const int32_t slot = r.slots[t];
     const int i0 = r.neox ? i : 2 * i;
     const int i1 = r.neox ? i + kHalf : 2 * i + 1;
-    const int32_t slot = r.slots[t];
-    for (int h = 0; h <= G; ++h) {  // h == G: the k head
-      float* x = h < G ? q + (static_cast<size_t>(t) * a.n_heads + kh * G + h) * D
-                       : r.k + static_cast<size_t>(t) * kv_row + static_cast<size_t>(kh) * D;
-      const float x0 = x[i0], x1 = x[i1];
-      const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
-      x[i0] = r0;
-      x[i1] = r1;
-      if (h == G && slot >= 0) {
-        S* c = k_cache + static_cast<size_t>(slot) * kv_row + static_cast<size_t>(kh) * D;
-        c[i0] = from_float<S>(r0);
-        c[i1] = from_float<S>(r1);
+    auto head_row = [&](int h) {  // h == G: the k head
+      return h < G ? q + (static_cast<size_t>(t) * a.n_heads + kh * G + h) * D
+                   : r.k + static_cast<size_t>(t) * kv_row + static_cast<size_t>(kh) * D;
+    };
+    for (int h0 = 0; h0 <= G; h0 += kHeadsPerRound) {
+      float x0[kHeadsPerRound], x1[kHeadsPerRound];
+#pragma unroll
+      for (int j = 0; j < kHeadsPerRound; ++j) {
+        if (h0 + j <= G) {
+          const float* x = head_row(h0 + j);
+          x0[j] = x[i0];
+          x1[j] = x[i1];
+        }
+      }
+      float sn, cs;
+      sincosf(pos * r.inv_freq[i], &sn, &cs);
+      cs = cs * r.factor;
+      sn = sn * r.factor;
+#pragma unroll
+      for (int j = 0; j < kHeadsPerRound; ++j) {
+        const int h = h0 + j;
+        if (h > G) continue;
+        const float r0 = x0[j] * cs - x1[j] * sn, r1 = x0[j] * sn + x1[j] * cs;
+        float* x = head_row(h);
+        x[i0] = r0;
+        x[i1] = r1;
+        if (h == G && slot >= 0) {
+          S* c = k_cache + static_cast<size_t>(slot) * kv_row + static_cast<size_t>(kh) * D;
+          c[i0] = from_float<S>(r0);
+          c[i1] = from_float<S>(r1);
+        }
       }
     }
   }
-  for (int it = threadIdx.x; it < n_new * D; it += blockDim.x) {
-    const int t = q0 + it / D, d = it % D;
-    const int32_t slot = r.slots[t];
-    const size_t off = static_cast<size_t>(kh) * D + d;
-    if (slot >= 0) v_cache[static_cast<size_t>(slot) * kv_row + off] = from_float<S>(r.v[t * kv_row + off]);
+  if (v_first_slot >= 0) v_cache[static_cast<size_t>(v_first_slot) * kv_row + v_first_off] = from_float<S>(v_first_val);
+  for (int it = v_first + blockDim.x; it < n_new * D; it += blockDim.x) {
+    int32_t slot;
+    const size_t off = v_index(it, slot);
+    if (slot >= 0) v_cache[static_cast<size_t>(slot) * kv_row + off] = from_float<S>(r.v[(q0 + it / D) * kv_row + off]);
   }
   // The K/V tiles are read by cp.async (through L2) of other threads of the block.
   __threadfence();

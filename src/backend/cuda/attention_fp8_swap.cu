@@ -110,14 +110,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   const PagedAttnArgs& a = L.a;
   extern __shared__ uint4 smem[];  // the ring (byte_ring_smem), then the merge buffer
 
-  pdl_enter(a.pdl_release_early);
+  // With the fused rope, the tiles of keys before the new tokens' are copied before the PDL
+  // wait (see the 16-bit kernel, attention.cu).
+  const bool rope = !kI8 && a.rope.active;  // (block-uniform)
+  if (!rope) pdl_enter(a.pdl_release_early);
+  else if (a.pdl_release_early) pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   AttnSpan sp;
   if (!attn_span<true, kSwapRows>(L, sp)) return;
+  Ring ring(smem, a, sp);
+  int first_tile = 0;
   if constexpr (!kI8) {
-    using S = std::conditional_t<kFmt == kKvE4M3, Fp8E4M3, Fp8E5M2>;
-    if (a.rope.active) decode_rope_store<S, D>(a, sp.q0, sp.n_rows, L.group, blockIdx.y);
+    if (rope) {
+      first_tile = ring.prologue_old(a, sp.t_begin, sp.pos_base);
+      pdl_wait();
+      if (!a.pdl_release_early) pdl_launch_dependents();
+      using S = std::conditional_t<kFmt == kKvE4M3, Fp8E4M3, Fp8E5M2>;
+      decode_rope_store<S, D>(a, sp.q0, sp.n_rows, L.group, blockIdx.y);
+    }
   }
 
   // Q's loads first: their latency overlaps the block table's.
@@ -125,8 +136,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   float q_sum = 0.0f;
   load_q_swap<D>(qb, L, sp, lane, kI8 ? &q_sum : nullptr);
 
-  Ring ring(smem, a, sp);
-  ring.prologue(a);
+  ring.prologue(a, first_tile);
 
   // INT8: 1152 * (sum of Q row r) is in every score of row r; this lane's columns are rows 2t
   // and 2t + 1, whose sums lanes 8t and 8t + 4 hold.
