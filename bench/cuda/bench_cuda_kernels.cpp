@@ -6,6 +6,7 @@
 // L2 cache, rotating buffers where one copy would fit in it. Short kernels are timed as CUDA
 // graph replays of many launches, the way a decode step runs them.
 #include "graph_timing.h"
+#include "pdl_chain.h"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -958,6 +959,28 @@ void profile_prefill_one(cudaStream_t s, int sms, int argc, char** argv) {
   std::printf("prefill-one keys %d mode %d: 3 launches\n", p.a.prefill_keys, p.a.prefill_mode);
 }
 
+// The floor of a kernel boundary: graphs of 200 trivial kernels, each reading what the one
+// before wrote, launched plainly and as programmatic dependents.
+void bench_pdl_chain(cudaStream_t s) {
+  constexpr int kMaxBlocks = 528;
+  float* buf = nullptr;
+  CK(cudaMalloc(&buf, 2 * kMaxBlocks * sizeof(float)));
+  CK(cudaMemset(buf, 0, 2 * kMaxBlocks * sizeof(float)));
+  std::printf("\nkernel boundary: 200 dependent trivial kernels in one graph (us per kernel)\n");
+  std::printf("%8s %8s %10s %10s\n", "blocks", "threads", "plain", "PDL");
+  for (int blocks : {1, 8, 132, 264, kMaxBlocks}) {
+    for (int threads : {128, 256}) {
+      double us[2];
+      for (int pdl = 0; pdl < 2; ++pdl)
+        us[pdl] = 1e3 * cuda::bench::graph_median_ms(s, 200, 20, 2, [&](int) {
+          return cuda::bench::launch_chain_kernel(buf, blocks, threads, pdl == 1, s) == cudaSuccess;
+        });
+      std::printf("%8d %8d %10.2f %10.2f\n", blocks, threads, us[0], us[1]);
+    }
+  }
+  CK(cudaFree(buf));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -984,6 +1007,10 @@ int main(int argc, char** argv) {
   }
   if (only == "prefill-one") {
     profile_prefill_one(s, prop.multiProcessorCount, argc, argv);
+    return 0;
+  }
+  if (only == "pdl-chain") {
+    bench_pdl_chain(s);
     return 0;
   }
   if (only == "profile-decode") {
