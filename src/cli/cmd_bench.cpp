@@ -53,16 +53,20 @@ Status run_chunk(ModelRunner& r, const std::vector<int32_t>& tokens, int start, 
   return r.execute(chunk_batch(tokens, start, n_blocks, block_size), logits);
 }
 
-// One greedy decode step from `token` at position `pos`; the next token.
-int32_t decode_greedy(ModelRunner& r, bool host_argmax, int32_t token, int pos, int n_blocks, int block_size,
-                      std::vector<float>& logits, std::vector<int32_t>& ids) {
+// One greedy decode step from `token` (in: this step's, out: the next) at position `pos`.
+Status decode_greedy(ModelRunner& r, bool host_argmax, int32_t& token, int pos, int n_blocks, int block_size,
+                     std::vector<float>& logits, std::vector<int32_t>& ids) {
   const ForwardBatch b = chunk_batch({token}, pos, n_blocks, block_size);
-  if (!host_argmax && r.can_execute_argmax()) {
-    if (!r.execute_argmax(b, ids).is_ok() || ids.empty()) return token;
-    return ids[0];
+  if (!host_argmax) {
+    EMBER_RETURN_IF_ERROR(r.execute_argmax(b, ids));
+    if (ids.size() != 1) return Status::errorf("decode step {}: {} argmax ids, expected 1", pos, ids.size());
+    token = ids[0];
+    return Status::ok();
   }
-  (void)r.execute(b, logits);
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  EMBER_RETURN_IF_ERROR(r.execute(b, logits));
+  if (logits.empty()) return Status::errorf("decode step {}: no logits", pos);
+  token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  return Status::ok();
 }
 
 // Bytes of the checkpoint on disk: the GGUF file, or the safetensors shards of a directory.
@@ -132,7 +136,12 @@ int run_speed(const SpeedOptions& o) {
   const bool host_argmax = o.host_argmax || !r.can_execute_argmax();
   for (int rep = 0; rep < o.repetitions; ++rep) {
     auto t0 = Clock::now();
-    if (o.n_prompt > 0) (void)run_chunk(r, prompt, 0, n_blocks, block_size, logits);
+    if (o.n_prompt > 0) {
+      if (Status st = run_chunk(r, prompt, 0, n_blocks, block_size, logits); !st.is_ok()) {
+        fmt::print(stderr, "error: {}\n", st.message());
+        return 1;
+      }
+    }
     auto t1 = Clock::now();
     if (o.n_prompt > 0) pp.push_back(o.n_prompt / std::chrono::duration<double>(t1 - t0).count());
     // Decode from an empty context, as llama-bench's tg does; each step picks its token as the
@@ -143,7 +152,10 @@ int run_speed(const SpeedOptions& o) {
     for (int i = 0; i < o.n_gen; ++i) {
       if (step_profile::enabled()) step_profile::begin_step(true, 1, 1);
       const step_profile::Scope wall("step (wall)");
-      next = decode_greedy(r, host_argmax, next, i, n_blocks, block_size, logits, ids);
+      if (Status st = decode_greedy(r, host_argmax, next, i, n_blocks, block_size, logits, ids); !st.is_ok()) {
+        fmt::print(stderr, "error: {}\n", st.message());
+        return 1;
+      }
     }
     t1 = Clock::now();
     if (o.n_gen > 0) tg.push_back(o.n_gen / std::chrono::duration<double>(t1 - t0).count());
