@@ -16,12 +16,14 @@ usage: cupti_trace_summary.py trace.csv [--min-kernels 20] [--detail 14]
 import argparse
 import collections
 import csv
+import re
 import statistics
 
 
 def short_name(name):
     s = name[5:] if name.startswith("void ") else name
-    s = s.replace("(anonymous namespace)::", "").replace("(ember::QFormat)", "q")
+    s = s.replace("(anonymous namespace)::", "")
+    s = re.sub(r"\([\w:]*QFormat\)", "q", s)  # (ember::cuda::QFormat)0 -> q0
     depth = 0
     for i, c in enumerate(s):  # cut the argument list (at template depth 0)
         if c == "<":
