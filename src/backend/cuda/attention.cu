@@ -68,8 +68,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // (launched as a programmatic dependent: q and the cache are written before). With the fused
   // rope (16-bit decode), the wait comes after the copies of the prologue's tiles whose keys all
   // precede this step's new tokens: earlier steps wrote those, and the block tables and spans
-  // are the step's metadata, copied before the step's first kernel. The tile with the new keys
-  // waits for this block's store. (Batch-1 decode on an H200, session 19: the attention's part
+  // are the step's metadata, copied before the step's first kernel (the backend fuses the rope
+  // only where the sequence ids are metadata too, not a kernel-written order). The tile with
+  // the new keys waits for this block's store. (Batch-1 decode on an H200, session 19: the attention's part
   // of the critical path 10.9 -> 8.1 us a layer with the rope's loads batched, int4 473 -> 492
   // tok/s. Taking the new keys from shared memory instead of the cache, with no fence, and Q
   // from the rope's registers measured slower: 473.)

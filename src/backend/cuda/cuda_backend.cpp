@@ -1093,7 +1093,12 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     // separate launch); otherwise the rope and the store go first, on their own.
     constexpr int kFewRopeBlocks = 32;
     const bool few = static_cast<int64_t>(ids[0].size()) * p.n_kv_heads <= kFewRopeBlocks;
-    if (few && ids[1].empty() && !ids[0].empty() && attention_decode_takes_rope(group_args(0), num_sms_)) {
+    // (The fused kernels read the sequence ids before their PDL wait, so those must be step
+    // metadata or iota_, never the longest-first order a kernel of this step writes; launches
+    // of so few blocks never take that order anyway.)
+    const bool ids_are_metadata = id_dev[0] != order_;
+    if (few && ids_are_metadata && ids[1].empty() && !ids[0].empty() &&
+        attention_decode_takes_rope(group_args(0), num_sms_)) {
       a.rope = DecodeRopeArgs{true, prs_.k, prs_.v, prs_.positions, prs_.inv_freq, prs_.slots, prs_.neox, prs_.factor};
     } else {
       EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
