@@ -9,7 +9,9 @@ at least --min-kernels kernels is taken as the decode step. For each kernel of t
   advance  how far it moved the step's latest end so far: the step time is the sum of these,
            so this is the kernel's share of the critical path.
 Then the same by kernel name (summed over a step), and the idle time between steps (host work
-and the graph launch).
+and the graph launch). grid, regs and smem (static + dynamic) are as CUPTI reports them; one call
+of session 19 read smem 1024 for a decode kernel launched with 100 KiB (unexplained), so check
+that column against the launch before relying on it.
 
 usage: cupti_trace_summary.py trace.csv [--min-kernels 20] [--detail 14]
 """
