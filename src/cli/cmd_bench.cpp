@@ -28,6 +28,7 @@ struct SpeedOptions {
   int n_gen = 128;
   int repetitions = 3;
   bool host_argmax = false;
+  bool tg_after_prompt = false;
   std::string json_path;
 };
 
@@ -144,15 +145,17 @@ int run_speed(const SpeedOptions& o) {
     }
     auto t1 = Clock::now();
     if (o.n_prompt > 0) pp.push_back(o.n_prompt / std::chrono::duration<double>(t1 - t0).count());
-    // Decode from an empty context, as llama-bench's tg does; each step picks its token as the
+    // Decode from an empty context, as llama-bench's tg does (--tg-after-prompt: after the
+    // prompt just processed, so the steps attend to it); each step picks its token as the
     // engine does for a greedy request (the executor's argmax: a GPU returns one id, not the
     // vocabulary's logits; --host-argmax downloads them and takes the argmax here instead).
     int32_t next = prompt.empty() ? 1 : prompt.back();
+    const int pos0 = o.tg_after_prompt ? o.n_prompt : 0;
     t0 = Clock::now();
     for (int i = 0; i < o.n_gen; ++i) {
       if (step_profile::enabled()) step_profile::begin_step(true, 1, 1);
       const step_profile::Scope wall("step (wall)");
-      if (Status st = decode_greedy(r, host_argmax, next, i, n_blocks, block_size, logits, ids); !st.is_ok()) {
+      if (Status st = decode_greedy(r, host_argmax, next, pos0 + i, n_blocks, block_size, logits, ids); !st.is_ok()) {
         fmt::print(stderr, "error: {}\n", st.message());
         return 1;
       }
@@ -171,8 +174,13 @@ int run_speed(const SpeedOptions& o) {
   }
   if (step_profile::enabled()) fmt::print(stderr, "{}", step_profile::report());
   if (!tg.empty()) {
-    j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", median(tg)}, {"argmax", host_argmax ? "host" : "executor"}};
-    fmt::print("tg{}: {:.2f} tok/s{}\n", o.n_gen, median(tg), host_argmax ? " (argmax on the host)" : "");
+    j["tg"] = {{"n", o.n_gen},
+               {"tokens_per_s", median(tg)},
+               {"argmax", host_argmax ? "host" : "executor"},
+               {"context_start", o.tg_after_prompt ? o.n_prompt : 0}};
+    fmt::print("tg{}: {:.2f} tok/s{}{}\n", o.n_gen, median(tg),
+               o.tg_after_prompt ? fmt::format(" (after {} prompt tokens)", o.n_prompt) : std::string(),
+               host_argmax ? " (argmax on the host)" : "");
   }
   // Weights are memory-mapped, so the touched pages of the file count in RSS once; anything
   // above file + KV cache is scratch, tables and copies.
@@ -203,6 +211,8 @@ CommandFn register_bench(CLI::App& app) {
   speed->add_flag("--host-argmax", so->host_argmax,
                   "decode steps download every logit and take the argmax on the host (by default the executor's "
                   "argmax, as the engine runs a greedy request)");
+  speed->add_flag("--tg-after-prompt", so->tg_after_prompt,
+                  "decode after the prompt just processed (by default from an empty context, as llama-bench's tg)");
   speed->add_option("--json", so->json_path, "write results as JSON");
   auto* thr = cmd->add_subcommand("throughput", "offline serving throughput through the engine");
   auto to = std::make_shared<ThroughputOptions>();
