@@ -153,7 +153,7 @@ int run_speed(const SpeedOptions& o) {
     const int pos0 = o.tg_after_prompt ? o.n_prompt : 0;
     t0 = Clock::now();
     for (int i = 0; i < o.n_gen; ++i) {
-      if (step_profile::enabled()) step_profile::begin_step(true, 1, 1);
+      step_profile::begin_step(true, 1, 1);
       const step_profile::Scope wall("step (wall)");
       if (Status st = decode_greedy(r, host_argmax, next, pos0 + i, n_blocks, block_size, logits, ids); !st.is_ok()) {
         fmt::print(stderr, "error: {}\n", st.message());

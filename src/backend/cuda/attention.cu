@@ -76,8 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // from the rope's registers measured slower: 473.)
   constexpr bool kMayRope = kDecode && !kIsFp8;
   const bool rope = kMayRope && a.rope.active;  // (block-uniform)
-  if (!rope) pdl_enter(kDecode && a.pdl_release_early);
-  else if (a.pdl_release_early) pdl_launch_dependents();
+  pdl_enter_or_defer(rope, kDecode && a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
   if (!attn_span<kDecode, kRows>(L, sp)) return;
@@ -182,8 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         issue(first_st);
         cp_async_commit();
       }
-      pdl_wait();
-      if (!a.pdl_release_early) pdl_launch_dependents();
+      pdl_finish_deferred(a.pdl_release_early);
       decode_rope_store<T, D>(a, q0, n_rows, G, kh);
     }
   }

@@ -144,13 +144,18 @@ struct ByteTileRing {
       ld.issue_scales(a.k_scales, a.v_scales, a.n_kv_heads, blockIdx.y, sc + stage * 2 * kTileKeys,
                       sc + (stage * 2 + 1) * kTileKeys);
   }
-  // Tiles 0 .. kStages - 2 in flight (ids from the block table), one commit group each:
-  // prologue_old issues the leading ones whose keys all precede first_new (a kernel with the
-  // fused rope calls it before its PDL wait, as the 16-bit kernel does) and returns how many,
-  // prologue(a, from) the rest.
-  __device__ __forceinline__ int prologue_old(const PagedAttnArgs& a, int t_begin, int first_new) {
+  // Tiles 0 .. kStages - 2 in flight (ids from the block table), one commit group each.
+  // prologue_rope, for a kernel with the fused rope that deferred its PDL wait (as the 16-bit
+  // kernel does): the leading tiles whose keys all precede the new tokens', the wait, then the
+  // rope and store of the block's new rows; it returns the tiles issued, and prologue(a, from)
+  // issues the rest.
+  template <typename S>
+  __device__ __forceinline__ int prologue_rope(const PagedAttnArgs& a, const AttnSpan& sp, int group) {
     int st = 0;
-    for (; st < kStages - 1 && st < n_tiles && t_begin + (st + 1) * kTileKeys <= first_new; ++st) prologue_tile(a, st);
+    for (; st < kStages - 1 && st < n_tiles && sp.t_begin + (st + 1) * kTileKeys <= sp.pos_base; ++st)
+      prologue_tile(a, st);
+    pdl_finish_deferred(a.pdl_release_early);
+    decode_rope_store<S, D>(a, sp.q0, sp.n_rows, group, blockIdx.y);  // (block-uniform)
     return st;
   }
   __device__ __forceinline__ void prologue(const PagedAttnArgs& a, int from = 0) {

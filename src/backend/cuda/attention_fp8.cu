@@ -156,21 +156,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_decode_blocks_per_sm(kS
   // (a programmatic dependent: q and the cache are written before; with the fused rope, the
   // tiles of keys before the new tokens' are copied before the wait, see attention.cu)
   const bool rope = !kI8 && a.rope.active;  // (block-uniform)
-  if (!rope) pdl_enter(a.pdl_release_early);
-  else if (a.pdl_release_early) pdl_launch_dependents();
+  pdl_enter_or_defer(rope, a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
   if (!attn_span<true, kDecodeRows>(L, sp)) return;
   Ring ring(smem, a, sp);
   int first_tile = 0;
   if constexpr (!kI8) {
-    if (rope) {
-      first_tile = ring.prologue_old(a, sp.t_begin, sp.pos_base);
-      pdl_wait();
-      if (!a.pdl_release_early) pdl_launch_dependents();
-      using S = std::conditional_t<kFp8 == kKvE4M3, Fp8E4M3, Fp8E5M2>;
-      decode_rope_store<S, D>(a, sp.q0, sp.n_rows, L.group, blockIdx.y);  // (block-uniform)
-    }
+    using S = std::conditional_t<kFp8 == kKvE4M3, Fp8E4M3, Fp8E5M2>;
+    if (rope) first_tile = ring.template prologue_rope<S>(a, sp, L.group);
   }
   ring.prologue(a, first_tile);
 

@@ -113,8 +113,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   // With the fused rope, the tiles of keys before the new tokens' are copied before the PDL
   // wait (see the 16-bit kernel, attention.cu).
   const bool rope = !kI8 && a.rope.active;  // (block-uniform)
-  if (!rope) pdl_enter(a.pdl_release_early);
-  else if (a.pdl_release_early) pdl_launch_dependents();
+  pdl_enter_or_defer(rope, a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   AttnSpan sp;
@@ -122,13 +121,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, fp8_swap_blocks_per_sm(kSta
   Ring ring(smem, a, sp);
   int first_tile = 0;
   if constexpr (!kI8) {
-    if (rope) {
-      first_tile = ring.prologue_old(a, sp.t_begin, sp.pos_base);
-      pdl_wait();
-      if (!a.pdl_release_early) pdl_launch_dependents();
-      using S = std::conditional_t<kFmt == kKvE4M3, Fp8E4M3, Fp8E5M2>;
-      decode_rope_store<S, D>(a, sp.q0, sp.n_rows, L.group, blockIdx.y);
-    }
+    using S = std::conditional_t<kFmt == kKvE4M3, Fp8E4M3, Fp8E5M2>;
+    if (rope) first_tile = ring.template prologue_rope<S>(a, sp, L.group);
   }
 
   // Q's loads first: their latency overlaps the block table's.

@@ -164,6 +164,16 @@ __device__ __forceinline__ void pdl_enter(bool release_early) {
   pdl_wait();
   if (!release_early) pdl_launch_dependents();
 }
+// pdl_enter split in two, for a kernel that first issues loads its predecessor cannot affect
+// (defer: only the early release here; pdl_finish_deferred after those loads).
+__device__ __forceinline__ void pdl_enter_or_defer(bool defer, bool release_early) {
+  if (!defer) pdl_enter(release_early);
+  else if (release_early) pdl_launch_dependents();
+}
+__device__ __forceinline__ void pdl_finish_deferred(bool release_early) {
+  pdl_wait();
+  if (!release_early) pdl_launch_dependents();
+}
 
 // The gate activation of a GLU: SiLU, or GeLU with the tanh approximation.
 __device__ __forceinline__ float glu_act(float g, bool gelu_tanh) {
