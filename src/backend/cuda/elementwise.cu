@@ -109,9 +109,17 @@ template <typename W, int V, bool kAdd, int kRows>
 __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
                                     const W* __restrict__ w, float eps, float* out, int64_t d, GemmRowsOut ro,
                                     bool release_early) {
+  const int n4 = static_cast<int>(d / 4);
+  // The norm's weights before the PDL wait: model constants, which the previous kernels' weight
+  // stream has evicted from L2, so loaded after it they were a DRAM latency on the critical path.
+  float4 wv[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) wv[j] = load_w4(w, i);
+  }
   pdl_enter(release_early);
   const int64_t r0 = blockIdx.x * d;
-  const int n4 = static_cast<int>(d / 4);
   float4 v[V];
   float ss = 0.0f;
 #pragma unroll
@@ -137,7 +145,7 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
   for (int j = 0; j < V; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i < n4) {
-      v[j] = rms_scale4(v[j], inv, load_w4(w, i));
+      v[j] = rms_scale4(v[j], inv, wv[j]);
       if (kRows == kRowsNone || out) reinterpret_cast<float4*>(out + r0)[i] = v[j];
       if constexpr (kRows == kRowsBf16) reinterpret_cast<uint2*>(ro.bf16)[blockIdx.x * d / 4 + i] = bf16x4(v[j]);
     }
