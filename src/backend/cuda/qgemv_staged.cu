@@ -580,16 +580,16 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem) {
 
 template <QFormat F, int S, int R>
 cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
-  // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for int4's
-  // gate/up + GLU, 2 for every other GEMV (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1,
-  // fp8 lm_head 3657 vs 3416 with 2; session 20 call 3, int4 with 1 -> 2: gate/up+GLU 3325 ->
-  // 3204, q/o 1453 -> 1514, q/k/v 1695 -> 1726, down 2405 -> 2460, lm_head 3053 -> 3073) and
-  // int8 (fp8's unit shape; not measured).
+  // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for gate/up + GLU,
+  // 2 for the plain GEMVs (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs
+  // 3416 with 2; session 20 call 3, int4 with 1 -> 2: gate/up+GLU 3325 -> 3204, q/o 1453 ->
+  // 1514, q/k/v 1695 -> 1726, down 2405 -> 2460, lm_head 3053 -> 3073; call 7, the GLU with 2
+  // -> 1: batch-1 fp8 355 -> 359 tok/s, int8 365 -> 369).
   static const int pair_env = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV_PAIR");
     return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
   }();
-  const bool pair = pair_env < 0 ? F != QFormat::Int4 || S == 1 : pair_env == 1;
+  const bool pair = pair_env < 0 ? S == 1 : pair_env == 1;
   auto kernel = pair ? qgemv_staged_kernel<F, S, 2, R> : qgemv_staged_kernel<F, S, 1, R>;
   const size_t smem = staged_smem(F, R, A.n, A.k);
   const int resident = resident_blocks(kernel, smem, max_smem(F));
