@@ -18,8 +18,9 @@ cudaError_t launch_convert(DType src_type, const void* src, DType dst_type, void
                            cudaStream_t stream);
 
 // out = x / sqrt(mean(x^2) + eps) * w per row.   x, out [rows, d] F32 (may alias);
-// w [d] F32 or BF16. With pdl, w is read before the PDL wait (the register kernel), so it must
-// not be written by the kernels before it in the stream (the norms take model weights).
+// w [d] F32 or BF16. With pdl, the register kernel (this launcher's, and the two below's) reads
+// w before its PDL wait, so w must not be written by the kernels before it in the stream (the
+// norms take model weights).
 cudaError_t launch_rms_norm(const float* x, const void* w, DType w_type, float eps, float* out,
                             int64_t rows, int64_t d, cudaStream_t stream, bool pdl = false,
                             bool release_early = false);
