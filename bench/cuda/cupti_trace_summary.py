@@ -39,8 +39,7 @@ def short_name(name):
     base = base.split("::")[-1]
     if targs:
         targs = targs.rstrip(">")
-        targs = ",".join(a.strip().split("::")[-1].replace("(QFormat)", "q").replace("(ember", "")
-                         for a in targs.split(";"))
+        targs = ",".join(a.strip().split("::")[-1] for a in targs.split(";"))
         return f"{base}<{targs[:40]}>"
     return base
 

@@ -152,6 +152,11 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// pdl_enter's second half (pdl_enter_or_defer below).
+__device__ __forceinline__ void pdl_finish_deferred(bool release_early) {
+  pdl_wait();
+  if (!release_early) pdl_launch_dependents();
+}
 // pdl_wait() then pdl_launch_dependents(); with release_early the other way round, so the
 // next kernel's blocks become resident while this one still waits for its own predecessor.
 // Safe for every kernel the backend launches, since none touches memory another kernel writes
@@ -161,18 +166,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // BF16 GEMV: measured slower, see cuda_backend_impl.h pdl_early_.)
 __device__ __forceinline__ void pdl_enter(bool release_early) {
   if (release_early) pdl_launch_dependents();
-  pdl_wait();
-  if (!release_early) pdl_launch_dependents();
+  pdl_finish_deferred(release_early);
 }
 // pdl_enter split in two, for a kernel that first issues loads its predecessor cannot affect
 // (defer: only the early release here; pdl_finish_deferred after those loads).
 __device__ __forceinline__ void pdl_enter_or_defer(bool defer, bool release_early) {
   if (!defer) pdl_enter(release_early);
   else if (release_early) pdl_launch_dependents();
-}
-__device__ __forceinline__ void pdl_finish_deferred(bool release_early) {
-  pdl_wait();
-  if (!release_early) pdl_launch_dependents();
 }
 
 // The gate activation of a GLU: SiLU, or GeLU with the tanh approximation.
