@@ -942,6 +942,31 @@ void profile_qgemv_one(cudaStream_t s, int argc, char** argv) {
               static_cast<long long>(k), n, glu ? " glu" : "");
 }
 
+// Time per launch of one packed GEMV at several row counts (graph of back-to-back launches, as
+// the qgemv table times them), to see how the one-wave persistent grid's tile count per block
+// shows in the time: `qgemv-sweep int4|fp8|int8 K N glu|plain M...`.
+void profile_qgemv_sweep(cudaStream_t s, int argc, char** argv) {
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: qgemv-sweep int4|fp8|int8 K N glu|plain M...\n");
+    std::exit(2);
+  }
+  const std::string fs = argv[2];
+  const QFormat f = fs == "int4" ? QFormat::Int4 : fs == "int8" ? QFormat::Int8 : QFormat::Fp8;
+  const int64_t k = std::atoll(argv[3]);
+  const int n = std::atoi(argv[4]);
+  const bool glu = std::string(argv[5]) == "glu";
+  for (int a = 6; a < argc; ++a) {
+    const int64_t m = std::atoll(argv[a]);
+    const PackedGemvData data(f, m, k, 2, s);
+    const int per_graph = std::max(data.copies() * 4, 16);
+    const double ms = time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, m, k, n, glu, QGemvPath::Auto, s); });
+    const double bytes = (glu ? 2.0 : 1.0) * static_cast<double>(data.qbytes);
+    std::printf("qgemv-sweep %s%s %lldx%lld n=%d: %.2f us, %.0f GB/s, %lld tiles of 16 rows\n", fs.c_str(),
+                glu ? " glu" : "", static_cast<long long>(m), static_cast<long long>(k), n, ms * 1e3,
+                bytes / (ms * 1e-3) / 1e9, static_cast<long long>((m + 15) / 16));
+  }
+}
+
 // One wgmma prefill-attention variant (bf16 K/V, causal 4096 tokens, 32 heads / 8 KV heads of
 // 128), launched 3 times, for `ncu -k regex:wgmma --launch-skip 2 --launch-count 1`:
 // `prefill-one KEYS MODE`.
@@ -996,6 +1021,10 @@ int main(int argc, char** argv) {
   if (!lt.is_ok()) {
     std::fprintf(stderr, "%s\n", lt.message().c_str());
     return 1;
+  }
+  if (only == "qgemv-sweep") {
+    profile_qgemv_sweep(s, argc, argv);
+    return 0;
   }
   if (only == "qgemv-one") {
     profile_qgemv_one(s, argc, argv);
