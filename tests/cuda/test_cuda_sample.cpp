@@ -4,6 +4,7 @@
 #include "cuda_test_util.h"
 
 #include <limits>
+#include <utility>
 
 namespace ember::cuda_test {
 namespace {
@@ -25,57 +26,64 @@ TEST(CudaSample, ArgmaxRowsMatchesHostRule) {
   ASSERT_NE(step, nullptr);
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int64_t vocab : {int64_t{128256}, int64_t{1001}, int64_t{7}}) {
-    const int rows = vocab > 1000 ? 300 : 40;
-    std::mt19937 rng(static_cast<uint32_t>(vocab));
-    std::uniform_int_distribution<int64_t> pos(0, vocab - 1);
-    std::vector<float> x = random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab) + 1, -8.0f, 8.0f);
-    for (int r = 0; r < rows; ++r) {
-      float* row = x.data() + r * vocab;
-      switch (r % 9) {
-        case 0: break;  // plain random row
-        case 1: {       // the maximum twice: the lower index wins
-          const int64_t a = pos(rng), b = pos(rng);
-          row[a] = row[b] = 20.0f + static_cast<float>(r);
-          break;
+  // Up to 64 rows of a large vocabulary take several blocks a row (slices; 100003 is not a
+  // multiple of 4: the scalar loads); fewer than 9 rows repeat with every row case, which also
+  // checks that each launch leaves the slices' tickets ready for the next.
+  const std::pair<int64_t, int> shapes[] = {{128256, 300}, {128256, 1}, {128256, 3}, {100003, 2},
+                                            {50001, 64},   {1001, 40},  {7, 40}};
+  for (const auto& [vocab, rows] : shapes) {
+    for (int rep = 0; rep < (rows < 9 ? 9 : 1); ++rep) {
+      std::mt19937 rng(static_cast<uint32_t>(vocab + rep));
+      std::uniform_int_distribution<int64_t> pos(0, vocab - 1);
+      std::vector<float> x =
+          random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab + rows + rep), -8.0f, 8.0f);
+      for (int r = 0; r < rows; ++r) {
+        float* row = x.data() + r * vocab;
+        switch ((r + rep) % 9) {
+          case 0: break;  // plain random row
+          case 1: {       // the maximum twice: the lower index wins
+            const int64_t a = pos(rng), b = pos(rng);
+            row[a] = row[b] = 20.0f + static_cast<float>(r);
+            break;
+          }
+          case 2:  // NaN everywhere but one value, and NaN right before it
+            for (int64_t i = 0; i < vocab; ++i) row[i] = nan;
+            row[pos(rng)] = -3.0f;
+            break;
+          case 3:  // nothing above -inf: token 0
+            for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 3 == 0) ? nan : -inf;
+            break;
+          case 4:  // +inf twice
+            row[pos(rng)] = inf;
+            row[pos(rng)] = inf;
+            break;
+          case 5:  // the maximum at the last index
+            row[vocab - 1] = 100.0f;
+            break;
+          case 6:  // all negative, many NaN
+            for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 5 == 0) ? nan : -std::fabs(row[i]) - 1.0f;
+            break;
+          case 7:  // every value equal: index 0
+            for (int64_t i = 0; i < vocab; ++i) row[i] = 1.5f;
+            break;
+          default:  // the maximum at index 0 with a NaN after it
+            row[0] = 50.0f;
+            if (vocab > 1) row[1] = nan;
+            break;
         }
-        case 2:  // NaN everywhere but one value, and NaN right before it
-          for (int64_t i = 0; i < vocab; ++i) row[i] = nan;
-          row[pos(rng)] = -3.0f;
-          break;
-        case 3:  // nothing above -inf: token 0
-          for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 3 == 0) ? nan : -inf;
-          break;
-        case 4:  // +inf twice
-          row[pos(rng)] = inf;
-          row[pos(rng)] = inf;
-          break;
-        case 5:  // the maximum at the last index
-          row[vocab - 1] = 100.0f;
-          break;
-        case 6:  // all negative, many NaN
-          for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 5 == 0) ? nan : -std::fabs(row[i]) - 1.0f;
-          break;
-        case 7:  // every value equal: index 0
-          for (int64_t i = 0; i < vocab; ++i) row[i] = 1.5f;
-          break;
-        default:  // the maximum at index 0 with a NaN after it
-          row[0] = 50.0f;
-          if (vocab > 1) row[1] = nan;
-          break;
       }
+      DevTensor dx = dev_floats(x, {rows, vocab});
+      std::vector<int32_t> got(static_cast<size_t>(rows), -7);
+      ASSERT_TRUE(step->argmax_rows(dx.t, got.data()).is_ok());
+      int mismatches = 0;
+      for (int r = 0; r < rows; ++r) {
+        const int32_t want = host_argmax(x.data() + r * vocab, vocab);
+        if (got[static_cast<size_t>(r)] != want && ++mismatches <= 5)
+          ADD_FAILURE() << "vocab " << vocab << " rows " << rows << " row " << r << " (case " << (r + rep) % 9
+                        << "): got " << got[static_cast<size_t>(r)] << ", want " << want;
+      }
+      EXPECT_EQ(mismatches, 0) << "vocab " << vocab << " rows " << rows;
     }
-    DevTensor dx = dev_floats(x, {rows, vocab});
-    std::vector<int32_t> got(static_cast<size_t>(rows), -7);
-    ASSERT_TRUE(step->argmax_rows(dx.t, got.data()).is_ok());
-    int mismatches = 0;
-    for (int r = 0; r < rows; ++r) {
-      const int32_t want = host_argmax(x.data() + r * vocab, vocab);
-      if (got[static_cast<size_t>(r)] != want && ++mismatches <= 5)
-        ADD_FAILURE() << "vocab " << vocab << " row " << r << " (case " << r % 9 << "): got "
-                      << got[static_cast<size_t>(r)] << ", want " << want;
-    }
-    EXPECT_EQ(mismatches, 0) << "vocab " << vocab;
   }
 }
 

@@ -164,6 +164,11 @@ CudaBackend::~CudaBackend() {
   if (order_) cudaFree(order_);
   if (argmax_dev_) cudaFree(argmax_dev_);
   if (argmax_host_) cudaFreeHost(argmax_host_);
+  if (argmax_scratch_) cudaFree(argmax_scratch_);
+  for (int i = 0; i < 2; ++i) {
+    if (argmax_slot_host_[i]) cudaFreeHost(argmax_slot_host_[i]);
+    if (argmax_slot_event_[i]) cudaEventDestroy(argmax_slot_event_[i]);
+  }
   if (sample_dev_) cudaFree(sample_dev_);
   if (sample_host_) cudaFreeHost(sample_host_);
   if (meta_host_) cudaFreeHost(meta_host_);

@@ -85,6 +85,16 @@ class CudaStep {
   // sample.cuh). Downloads n ints and waits for the stream.
   virtual Status argmax_rows(const Tensor& logits, int32_t* host_out) = 0;
 
+  // Pipelined greedy steps. argmax_rows_async queues argmax_rows's kernel and the download of
+  // its n ids into pinned slot `slot` (0 or 1) and returns without waiting;
+  // argmax_rows_wait(slot, ...) waits for that download and copies the ids out. feed_tokens
+  // queues the replacement of this step's input tokens before its kernels: token_ids and feed
+  // are host pointers inside the current step metadata (n entries each), and token i becomes
+  // the id the last queued argmax picked for its row feed[i] wherever feed[i] >= 0.
+  virtual Status argmax_rows_async(const Tensor& logits, int slot) = 0;
+  virtual Status argmax_rows_wait(int slot, int32_t* host_out, int64_t n) = 0;
+  virtual Status feed_tokens(const int32_t* token_ids, const int32_t* feed, int n) = 0;
+
   // Sampled tokens without downloading the logits: out[i] for rows[i] over logits ([n, vocab]
   // F32 device memory, queued work included), by the host Sampler's rules for the parameters
   // DeviceSampleRow carries (sample.cuh); adj holds the rows' token adjustments (row i's are

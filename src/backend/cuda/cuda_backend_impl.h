@@ -117,6 +117,9 @@ class CudaBackend final : public Backend, public CudaStep {
   void make_current() override { cudaSetDevice(device_); }
   Status set_weight_format(const std::string& name) override;
   Status argmax_rows(const Tensor& logits, int32_t* host_out) override;
+  Status argmax_rows_async(const Tensor& logits, int slot) override;
+  Status argmax_rows_wait(int slot, int32_t* host_out, int64_t n) override;
+  Status feed_tokens(const int32_t* token_ids, const int32_t* feed, int n) override;
   Status sample_rows(const Tensor& logits, const std::vector<DeviceSampleRow>& rows,
                      const std::vector<DeviceSampleAdj>& adj, std::vector<DeviceSampleOut>& out,
                      std::vector<DeviceSampleTop>& top) override;
@@ -371,6 +374,14 @@ class CudaBackend final : public Backend, public CudaStep {
   int32_t* argmax_dev_ = nullptr;
   int32_t* argmax_host_ = nullptr;
   int64_t argmax_cap_ = 0;
+  void* argmax_scratch_ = nullptr;  // launch_argmax_rows's slices of rows (<= 64 rows; tickets zeroed)
+  // argmax_rows_async: pinned slots of argmax_cap_ ids and the events of their downloads.
+  int32_t* argmax_slot_host_[2] = {nullptr, nullptr};
+  cudaEvent_t argmax_slot_event_[2] = {nullptr, nullptr};
+  int64_t argmax_slot_n_[2] = {0, 0};
+  // Sizes argmax_dev_ / argmax_host_ (and the slots) for n rows, keeping queued slots' ids.
+  Status reserve_argmax(int64_t n);
+  Status launch_argmax(const Tensor& logits);
   // sample_rows: one pinned buffer holding the results, the top slots (launches with top
   // lists), the rows and the adjustments, and its device twin.
   void* sample_dev_ = nullptr;

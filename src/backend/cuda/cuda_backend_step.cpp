@@ -9,6 +9,7 @@
 #include "core/log.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace ember::cuda {
@@ -317,31 +318,103 @@ Result<GpuMemoryInfo> CudaBackend::memory_info() {
   return info;
 }
 
-Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
-  if (capturing_) return Status::error("argmax_rows during a graph capture");
+Status CudaBackend::reserve_argmax(int64_t n) {
+  if (n <= argmax_cap_) return Status::ok();
+  EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));  // queued downloads land before their slots move
+  const int64_t cap = std::max<int64_t>(n, 1024);
+  int32_t* dev = nullptr;
+  EMBER_CUDA_TRY(cudaMalloc(&dev, static_cast<size_t>(cap) * sizeof(int32_t)));
+  if (argmax_dev_) {  // (a pipelined step may still feed from the last picks)
+    EMBER_CUDA_TRY(cudaMemcpy(dev, argmax_dev_, static_cast<size_t>(argmax_cap_) * sizeof(int32_t),
+                              cudaMemcpyDeviceToDevice));
+    EMBER_CUDA_TRY(cudaFree(argmax_dev_));
+  }
+  argmax_dev_ = dev;
+  if (argmax_host_) EMBER_CUDA_TRY(cudaFreeHost(argmax_host_));
+  argmax_host_ = nullptr;
+  EMBER_CUDA_TRY(cudaMallocHost(&argmax_host_, static_cast<size_t>(cap) * sizeof(int32_t)));
+  for (int32_t*& slot : argmax_slot_host_) {
+    if (slot == nullptr) continue;
+    int32_t* grown = nullptr;
+    EMBER_CUDA_TRY(cudaMallocHost(&grown, static_cast<size_t>(cap) * sizeof(int32_t)));
+    std::memcpy(grown, slot, static_cast<size_t>(argmax_cap_) * sizeof(int32_t));
+    EMBER_CUDA_TRY(cudaFreeHost(slot));
+    slot = grown;
+  }
+  argmax_cap_ = cap;
+  return Status::ok();
+}
+
+Status CudaBackend::launch_argmax(const Tensor& logits) {
   if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
     return Status::errorf("argmax_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
   const int64_t n = logits.n_rows(), vocab = logits.n_cols();
-  if (n == 0) return Status::ok();
   flush();
-  if (n > argmax_cap_) {
-    EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (argmax_dev_) EMBER_CUDA_TRY(cudaFree(argmax_dev_));
-    if (argmax_host_) EMBER_CUDA_TRY(cudaFreeHost(argmax_host_));
-    argmax_dev_ = nullptr;
-    argmax_host_ = nullptr;
-    argmax_cap_ = 0;
-    const int64_t cap = std::max<int64_t>(n, 1024);
-    EMBER_CUDA_TRY(cudaMalloc(&argmax_dev_, static_cast<size_t>(cap) * sizeof(int32_t)));
-    EMBER_CUDA_TRY(cudaMallocHost(&argmax_host_, static_cast<size_t>(cap) * sizeof(int32_t)));
-    argmax_cap_ = cap;
+  EMBER_RETURN_IF_ERROR(reserve_argmax(n));
+  // EMBER_CUDA_ARGMAX_SLICES=0: one block a row whatever the row count (same-call A/B runs).
+  static const bool argmax_slices = [] {
+    const char* e = std::getenv("EMBER_CUDA_ARGMAX_SLICES");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  if (argmax_scratch_ == nullptr) {  // rows split over blocks (up to 64 rows): parts and zeroed tickets
+    const size_t bytes = argmax_scratch_bytes(64);
+    EMBER_CUDA_TRY(cudaMalloc(&argmax_scratch_, bytes));
+    EMBER_CUDA_TRY(cudaMemsetAsync(argmax_scratch_, 0, bytes, stream_));
   }
   EMBER_CUDA_TRY(launch_argmax_rows(static_cast<const float*>(logits.data), static_cast<int>(n), vocab,
-                                    argmax_dev_, stream_));
+                                    argmax_dev_, n <= 64 && argmax_slices ? argmax_scratch_ : nullptr, stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
+  if (capturing_) return Status::error("argmax_rows during a graph capture");
+  const int64_t n = logits.n_rows();
+  if (n == 0) return Status::ok();
+  EMBER_RETURN_IF_ERROR(launch_argmax(logits));
   EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
   std::memcpy(host_out, argmax_host_, static_cast<size_t>(n) * sizeof(int32_t));
+  return Status::ok();
+}
+
+Status CudaBackend::argmax_rows_async(const Tensor& logits, int slot) {
+  if (capturing_) return Status::error("argmax_rows_async during a graph capture");
+  if (slot < 0 || slot > 1) return Status::errorf("argmax_rows_async: slot {} (0 or 1)", slot);
+  const int64_t n = logits.n_rows();
+  argmax_slot_n_[slot] = n;
+  if (n == 0) return Status::ok();
+  EMBER_RETURN_IF_ERROR(launch_argmax(logits));
+  if (argmax_slot_host_[slot] == nullptr)
+    EMBER_CUDA_TRY(cudaMallocHost(&argmax_slot_host_[slot], static_cast<size_t>(argmax_cap_) * sizeof(int32_t)));
+  if (argmax_slot_event_[slot] == nullptr)
+    EMBER_CUDA_TRY(cudaEventCreateWithFlags(&argmax_slot_event_[slot], cudaEventDisableTiming));
+  EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_slot_host_[slot], argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_TRY(cudaEventRecord(argmax_slot_event_[slot], stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::argmax_rows_wait(int slot, int32_t* host_out, int64_t n) {
+  if (slot < 0 || slot > 1) return Status::errorf("argmax_rows_wait: slot {} (0 or 1)", slot);
+  if (n != argmax_slot_n_[slot])
+    return Status::errorf("argmax_rows_wait: slot {} holds {} ids, {} asked", slot, argmax_slot_n_[slot], n);
+  if (n == 0) return Status::ok();
+  EMBER_CUDA_TRY(cudaEventSynchronize(argmax_slot_event_[slot]));
+  std::memcpy(host_out, argmax_slot_host_[slot], static_cast<size_t>(n) * sizeof(int32_t));
+  return Status::ok();
+}
+
+Status CudaBackend::feed_tokens(const int32_t* token_ids, const int32_t* feed, int n) {
+  if (capturing_) return Status::error("feed_tokens during a graph capture");
+  if (n <= 0) return Status::ok();
+  if (argmax_dev_ == nullptr) return Status::error("feed_tokens: no argmax was queued before");
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  auto* tokens = const_cast<int32_t*>(static_cast<const int32_t*>(lookup(token_ids, bytes)));
+  const auto* f = static_cast<const int32_t*>(lookup(feed, bytes));
+  if (tokens == nullptr || f == nullptr) return Status::error("feed_tokens: token ids and feed must be step metadata");
+  flush();
+  EMBER_CUDA_TRY(launch_feed_tokens(tokens, f, argmax_dev_, n, stream_));
   return Status::ok();
 }
 

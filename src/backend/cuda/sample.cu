@@ -1,6 +1,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/sample.cuh"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -9,6 +10,7 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int64_t kArgmaxMaxSlices = 128;
 
 // (v, i) beats (bv, bi): larger value, or the same value at a lower index. Entries that were
 // never set carry (-inf, INT_MAX), so they lose to any real candidate.
@@ -16,19 +18,57 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-// One block per row. Each thread scans its elements in ascending index order keeping the
-// first strict maximum (NaN and -inf never compare greater than the -inf start), then the
-// block reduces (value, index) pairs.
-template <bool kVec4>
-__global__ void __launch_bounds__(kThreads) argmax_rows_kernel(const float* __restrict__ x, int64_t vocab,
-                                                               int32_t* __restrict__ out) {
-  const float* row = x + static_cast<int64_t>(blockIdx.x) * vocab;
+// Block-wide (value, index) reduction of each thread's (bv, bi); the winner lands in thread 0.
+template <int kThreadsPerBlock>
+__device__ __forceinline__ void block_best(float& bv, int& bi) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  constexpr int kW = kThreadsPerBlock / 32;
+  __shared__ float sv[kW];
+  __shared__ int si[kW];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+  __syncthreads();
+  if (warp == 0) {
+    bv = lane < kW ? sv[lane] : -INFINITY;
+    bi = lane < kW ? si[lane] : INT_MAX;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+  }
+}
+
+// Block (s, r) takes slice s of row r (gridDim.x slices of `chunk` elements, chunk % 4 == 0).
+// Each thread scans its elements in ascending index order keeping the first strict maximum
+// (NaN and -inf never compare greater than the -inf start), then the block reduces (value,
+// index) pairs. With one slice the block writes out[r]; with more, each block leaves its best in
+// part[r][s] and the row's last block to finish (a ticket in count[r], which it resets to 0 for
+// the next launch) reduces them. Slices exist because one block reads a row at one SM's
+// bandwidth: 10.4 us for the 513 KB of a 128k vocabulary, a batch-1 decode step's whole tail.
+struct ArgmaxPart {
+  float v;
+  int i;
+};
+template <bool kVec4, int kT>
+__global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict__ x, int64_t vocab, int64_t chunk,
+                                                         int32_t* __restrict__ out, ArgmaxPart* __restrict__ part,
+                                                         unsigned int* __restrict__ count) {
+  const int r = blockIdx.y, slices = gridDim.x;
+  const float* row = x + static_cast<int64_t>(r) * vocab;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t c1 = c0 + chunk < vocab ? c0 + chunk : vocab;
   float bv = -INFINITY;
   int bi = INT_MAX;
   if constexpr (kVec4) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    const int64_t n4 = vocab / 4;
-    for (int64_t j = threadIdx.x; j < n4; j += kThreads) {
+    for (int64_t j = c0 / 4 + threadIdx.x; j < c1 / 4; j += kT) {
       const float4 v = __ldg(row4 + j);
       const int base = static_cast<int>(j * 4);
       if (v.x > bv) { bv = v.x; bi = base; }
@@ -37,32 +77,37 @@ __global__ void __launch_bounds__(kThreads) argmax_rows_kernel(const float* __re
       if (v.w > bv) { bv = v.w; bi = base + 3; }
     }
   } else {
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
+    for (int64_t j = c0 + threadIdx.x; j < c1; j += kT) {
       const float v = __ldg(row + j);
       if (v > bv) { bv = v; bi = static_cast<int>(j); }
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  block_best<kT>(bv, bi);
+  if (slices == 1) {
+    if (threadIdx.x == 0) out[r] = bi == INT_MAX ? 0 : bi;
+    return;
   }
-  __shared__ float sv[kThreads / 32];
-  __shared__ int si[kThreads / 32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    part[static_cast<int64_t>(r) * slices + blockIdx.x] = ArgmaxPart{bv, bi};
+    __threadfence();  // the part before the ticket
+    last = atomicAdd(count + r, 1u) == static_cast<unsigned int>(slices - 1);
+  }
   __syncthreads();
-  if (warp == 0) {
-    bv = lane < kThreads / 32 ? sv[lane] : -INFINITY;
-    bi = lane < kThreads / 32 ? si[lane] : INT_MAX;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
-    }
-    if (lane == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+  if (!last) return;
+  __threadfence();  // the ticket before the other blocks' parts
+  bv = -INFINITY;
+  bi = INT_MAX;
+  for (int s = threadIdx.x; s < slices; s += kT) {
+    // (L2, not a possibly stale L1 line: the other blocks wrote these)
+    const float2 p = __ldcg(reinterpret_cast<const float2*>(part) + static_cast<int64_t>(r) * slices + s);
+    const int pi = __float_as_int(p.y);
+    if (better(p.x, pi, bv, bi)) { bv = p.x; bi = pi; }
+  }
+  block_best<kT>(bv, bi);
+  if (threadIdx.x == 0) {
+    out[r] = bi == INT_MAX ? 0 : bi;
+    count[r] = 0;
   }
 }
 
@@ -475,15 +520,56 @@ cudaError_t launch_sample_rows(const float* x, int64_t vocab, const DeviceSample
   return cudaGetLastError();
 }
 
-cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out,
+__global__ void feed_tokens_kernel(int32_t* __restrict__ tokens, const int32_t* __restrict__ feed,
+                                   const int32_t* __restrict__ ids, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    if (feed[i] >= 0) tokens[i] = ids[feed[i]];
+}
+
+cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32_t* ids, int n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const int threads = 256, blocks = std::min((n + threads - 1) / threads, 64);
+  feed_tokens_kernel<<<blocks, threads, 0, stream>>>(tokens, feed, ids, n);
+  return cudaGetLastError();
+}
+
+size_t argmax_scratch_bytes(int n_rows) {
+  return static_cast<size_t>(n_rows) * (kArgmaxMaxSlices * sizeof(ArgmaxPart) + sizeof(unsigned int));
+}
+
+cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, void* scratch,
                                cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT_MAX) return cudaErrorInvalidValue;
   const bool vec4 = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  // Slices of at least 2,048 elements (a 256-thread block's two float4 loads a thread), enough
+  // of them that the grid has ~256 blocks; one 512-thread block a row past 64 rows or without
+  // scratch.
+  int slices = 1;
+  if (scratch != nullptr && n_rows <= 64) {
+    const int64_t by_size = vocab / 2048;
+    const int64_t want = 256 / n_rows;
+    slices = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_size, want, kArgmaxMaxSlices})));
+  }
+  if (slices == 1) {
+    const dim3 grid(1, static_cast<unsigned>(n_rows));
+    if (vec4)
+      argmax_rows_kernel<true, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, nullptr, nullptr);
+    else
+      argmax_rows_kernel<false, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, nullptr, nullptr);
+    return cudaGetLastError();
+  }
+  const int64_t chunk = ((vocab + slices - 1) / slices + 3) / 4 * 4;
+  slices = static_cast<int>((vocab + chunk - 1) / chunk);
+  auto* part = static_cast<ArgmaxPart*>(scratch);
+  auto* count = reinterpret_cast<unsigned int*>(part + static_cast<int64_t>(n_rows) * kArgmaxMaxSlices);
+  // part is [n_rows][slices] for this launch's slice count (<= kArgmaxMaxSlices)
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n_rows));
+  constexpr int kSliceThreads = 256;
   if (vec4)
-    argmax_rows_kernel<true><<<n_rows, kThreads, 0, stream>>>(x, vocab, out);
+    argmax_rows_kernel<true, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, part, count);
   else
-    argmax_rows_kernel<false><<<n_rows, kThreads, 0, stream>>>(x, vocab, out);
+    argmax_rows_kernel<false, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, part, count);
   return cudaGetLastError();
 }
 

@@ -13,7 +13,14 @@ namespace ember::cuda {
 // NaN never wins, the lowest index wins among equal values, -inf is never picked; a row with
 // no value above -inf gives 0. The host sampler's greedy pick on the same row is the same
 // (sample/sampler.cpp: NaN -> -inf, first maximum, fallback token 0).
-cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out,
+// scratch: argmax_scratch_bytes(n_rows) bytes whose counters start zeroed (cudaMemset once; every
+// launch leaves them zeroed), for rows split over several blocks (at most 64 rows); nullptr
+// keeps one block a row. Launches sharing a scratch must not run concurrently.
+size_t argmax_scratch_bytes(int n_rows);
+// tokens[i] = ids[feed[i]] where feed[i] >= 0, for i < n: a pipelined step's input tokens from
+// the picks of the step queued before it (ids: launch_argmax_rows's out), on the stream.
+cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32_t* ids, int n, cudaStream_t stream);
+cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, void* scratch,
                                cudaStream_t stream);
 
 // One token's adjustment (sample/token_adjust.h, the host Sampler's min_tokens suppression,
