@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/step_profile.h"
+#include "engine/argmax_pipeline.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,7 @@ struct SpeedOptions {
   int n_gen = 128;
   int repetitions = 3;
   bool host_argmax = false;
+  bool sync_decode = false;
   bool tg_after_prompt = false;
   std::string json_path;
 };
@@ -135,6 +137,7 @@ int run_speed(const SpeedOptions& o) {
   std::vector<double> pp, tg;
   std::vector<int32_t> ids;
   const bool host_argmax = o.host_argmax || !r.can_execute_argmax();
+  const bool pipelined = !host_argmax && !o.sync_decode && r.can_pipeline_argmax();
   for (int rep = 0; rep < o.repetitions; ++rep) {
     auto t0 = Clock::now();
     if (o.n_prompt > 0) {
@@ -149,10 +152,30 @@ int run_speed(const SpeedOptions& o) {
     // prompt just processed, so the steps attend to it); each step picks its token as the
     // engine does for a greedy request (the executor's argmax: a GPU returns one id, not the
     // vocabulary's logits; --host-argmax downloads them and takes the argmax here instead).
+    // Where the executor queues steps (a GPU), step i + 1 is queued, its token fed from step
+    // i's pick on the device, before step i's id is waited for, as the engine's pipelined
+    // decode does (--sync-decode: each id back before the next step is queued).
     int32_t next = prompt.empty() ? 1 : prompt.back();
     const int pos0 = o.tg_after_prompt ? o.n_prompt : 0;
     t0 = Clock::now();
-    for (int i = 0; i < o.n_gen; ++i) {
+    if (pipelined && o.n_gen > 0) {
+      ArgmaxPipeline pipe(r);
+      const int32_t feed_row0 = 0;
+      Status st = pipe.enqueue(chunk_batch({next}, pos0, n_blocks, block_size), {});
+      for (int i = 1; st.is_ok() && i <= o.n_gen; ++i) {
+        step_profile::begin_step(true, 1, 1);
+        const step_profile::Scope wall("step (wall)");
+        if (i < o.n_gen) st = pipe.enqueue(chunk_batch({0}, pos0 + i, n_blocks, block_size), {&feed_row0, 1});
+        if (st.is_ok()) st = pipe.collect(ids);
+        if (st.is_ok() && ids.size() != 1)
+          st = Status::errorf("decode step {}: {} argmax ids, expected 1", i - 1, ids.size());
+      }
+      if (!st.is_ok()) {
+        fmt::print(stderr, "error: {}\n", st.message());
+        return 1;
+      }
+    }
+    for (int i = 0; !pipelined && i < o.n_gen; ++i) {
       step_profile::begin_step(true, 1, 1);
       const step_profile::Scope wall("step (wall)");
       if (Status st = decode_greedy(r, host_argmax, next, pos0 + i, n_blocks, block_size, logits, ids); !st.is_ok()) {
@@ -177,10 +200,11 @@ int run_speed(const SpeedOptions& o) {
     j["tg"] = {{"n", o.n_gen},
                {"tokens_per_s", median(tg)},
                {"argmax", host_argmax ? "host" : "executor"},
+               {"pipelined", pipelined},
                {"context_start", o.tg_after_prompt ? o.n_prompt : 0}};
-    fmt::print("tg{}: {:.2f} tok/s{}{}\n", o.n_gen, median(tg),
+    fmt::print("tg{}: {:.2f} tok/s{}{}{}\n", o.n_gen, median(tg),
                o.tg_after_prompt ? fmt::format(" (after {} prompt tokens)", o.n_prompt) : std::string(),
-               host_argmax ? " (argmax on the host)" : "");
+               host_argmax ? " (argmax on the host)" : "", pipelined ? " (pipelined)" : "");
   }
   // Weights are memory-mapped, so the touched pages of the file count in RSS once; anything
   // above file + KV cache is scratch, tables and copies.
@@ -211,6 +235,9 @@ CommandFn register_bench(CLI::App& app) {
   speed->add_flag("--host-argmax", so->host_argmax,
                   "decode steps download every logit and take the argmax on the host (by default the executor's "
                   "argmax, as the engine runs a greedy request)");
+  speed->add_flag("--sync-decode", so->sync_decode,
+                  "wait for each decode step's token before queuing the next (by default a GPU queues step n + 1, "
+                  "its token fed from step n's pick on the device, first)");
   speed->add_flag("--tg-after-prompt", so->tg_after_prompt,
                   "decode after the prompt just processed (by default from an empty context, as llama-bench's tg)");
   speed->add_option("--json", so->json_path, "write results as JSON");

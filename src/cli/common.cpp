@@ -44,6 +44,10 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
   app.add_option("--sampler-threads", o.sampler_threads,
                  "host threads sampling full logits (default 1 on the CPU, up to 16 with CUDA)")
       ->check(CLI::Range(1, 256));
+  app.add_option("--pipeline", o.pipeline,
+                 "greedy decode steps queued one ahead, tokens fed on the device, so host work overlaps the GPU's: "
+                 "auto (on where the device queues steps: CUDA on one GPU), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "disable prefix caching");
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
@@ -183,6 +187,9 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.eos_token_ids = std::move(eos_ids);
   ec.deterministic = o.deterministic;
   ec.seed = o.seed;
+  ec.pipeline = o.pipeline == "on"    ? EngineConfig::Pipeline::kOn
+                : o.pipeline == "off" ? EngineConfig::Pipeline::kOff
+                                      : EngineConfig::Pipeline::kAuto;
   ec.sampler_threads = o.sampler_threads > 0 ? o.sampler_threads : gpu ? std::clamp(ThreadPool::default_threads(), 1, 16) : 1;
   auto engine = LlmEngine::create(std::move(runner), ec);
   if (!engine.is_ok()) return engine.status();

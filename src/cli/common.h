@@ -32,6 +32,7 @@ struct ModelOptions {
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   int sampler_threads = 0;  // 0: auto
+  std::string pipeline = "auto";  // EngineConfig::pipeline: auto, on, off
   bool no_prefix_cache = false;
   bool deterministic = false;
   uint64_t seed = 0;

@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/step_profile.h"
+#include "engine/argmax_pipeline.h"
 #include "kv/kv_cache_manager.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
@@ -68,9 +69,18 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig confi
       seeder_(config_.deterministic ? config_.seed : std::random_device{}()),
       scheduler_(std::make_unique<Scheduler>(config_.scheduler, config_.eos_token_ids)),
       sampler_(std::make_unique<Sampler>(config_.eos_token_ids, config_.sampler_threads)),
-      counters_(std::make_unique<Counters>()) {}
+      counters_(std::make_unique<Counters>()) {
+  const bool pipeline = config_.pipeline == EngineConfig::Pipeline::kOn
+                            ? executor_->can_execute_argmax() || executor_->can_pipeline_argmax()
+                            : config_.pipeline == EngineConfig::Pipeline::kAuto && executor_->can_pipeline_argmax();
+  if (pipeline) pipeline_ = std::make_unique<ArgmaxPipeline>(*executor_);
+}
 
 LlmEngine::~LlmEngine() {
+  if (inflight_) {  // the executor must not be destroyed under a queued step
+    std::vector<int32_t> ids;
+    (void)pipeline_->collect(ids);
+  }
   if (step_profile::enabled()) fmt::print(stderr, "{}", step_profile::report());
 }
 
@@ -150,6 +160,37 @@ void LlmEngine::emit(const std::vector<SeqUpdate>& updates, std::vector<RequestO
 std::vector<RequestOutput> LlmEngine::step() {
   std::vector<RequestOutput> outputs = std::move(pending_outputs_);
   pending_outputs_.clear();
+  // Queue the continuation held back from the last step, then go on as usual; unless requests
+  // arrived since: then it is dropped and the next schedule() admits them beside the decodes
+  // (the slots it allocated stay with their sequences, which need them next).
+  if (deferred_ && scheduler_->has_waiting()) deferred_.reset();
+  if (deferred_) {
+    std::unique_ptr<SchedulerOutput> d = std::move(deferred_);
+    bool live = false;  // (rows of sequences gone since stay in the batch: the feed rows fit it)
+    for (const ScheduledSeq& s : d->seqs) {
+      const Request* r = scheduler_->find(s.seq_id);
+      live = live || (r != nullptr && r->status == RequestStatus::kRunning &&
+                      r->num_computed_tokens == s.n_computed_before);
+    }
+    if (live) {
+      Status st;
+      {
+        step_profile::Scope t("engine: enqueue (held back)");
+        st = pipeline_->enqueue(d->batch, deferred_feed_);
+      }
+      if (!st.is_ok()) {
+        last_error_ = st.with_context("model step");
+        EMBER_LOG_ERROR("{}", last_error_.message());
+        fail_step(std::move(*d), outputs);
+        return outputs;
+      }
+      inflight_ = std::move(d);
+    }
+  }
+  if (inflight_) {
+    step_pipelined(outputs);
+    return outputs;
+  }
   if (!scheduler_->has_work()) return outputs;
   const auto t0 = std::chrono::steady_clock::now();
   SchedulerOutput so = scheduler_->schedule();
@@ -210,6 +251,21 @@ std::vector<RequestOutput> LlmEngine::step() {
 
   Status st;
   if (!so.block_copies.empty()) st = executor_->copy_blocks(so.block_copies);
+  if (argmax_step && pipeline_) {  // queue it; its tokens come back in step_pipelined
+    if (st.is_ok()) {
+      step_profile::Scope t_exec("engine: enqueue");
+      st = pipeline_->enqueue(so.batch, {});
+    }
+    if (!st.is_ok()) {
+      last_error_ = st.with_context("model step");
+      EMBER_LOG_ERROR("{}", last_error_.message());
+      emit(scheduler_->fail(so), outputs);
+      return outputs;
+    }
+    inflight_ = std::make_unique<SchedulerOutput>(std::move(so));
+    step_pipelined(outputs);
+    return outputs;
+  }
   {
     step_profile::Scope t_exec("engine: execute");
     if (st.is_ok() && device_sample_step) {
@@ -286,7 +342,92 @@ std::vector<RequestOutput> LlmEngine::step() {
   return outputs;
 }
 
-bool LlmEngine::has_work() const { return !pending_outputs_.empty() || scheduler_->has_work(); }
+bool LlmEngine::continues_greedy(const SchedulerOutput& prev) const {
+  for (const ScheduledSeq& s : prev.seqs) {
+    const Request* r = scheduler_->find(s.seq_id);
+    // (the continuation samples after prev's token is appended: one more output token)
+    if (r != nullptr && !is_plain_argmax(r->params, r->output().size() + 1)) return false;
+  }
+  return true;
+}
+
+void LlmEngine::fail_step(SchedulerOutput so, std::vector<RequestOutput>& outputs) {
+  emit(scheduler_->fail(so), outputs);  // (sequences already gone are skipped)
+}
+
+void LlmEngine::step_pipelined(std::vector<RequestOutput>& outputs) {
+  if (step_profile::enabled())
+    step_profile::begin_step(inflight_->batch.n_tokens() == inflight_->batch.n_seqs(), inflight_->batch.n_seqs(),
+                             inflight_->batch.n_tokens());
+  step_profile::Scope t_step("step (wall, pipelined)");
+  // The next decode step goes into the queue before this one's tokens are waited for.
+  std::unique_ptr<SchedulerOutput> next;
+  if (continues_greedy(*inflight_)) {
+    step_profile::Scope t("engine: schedule + enqueue next");
+    std::vector<int32_t> feed;
+    std::optional<SchedulerOutput> c = scheduler_->schedule_continuation(*inflight_, feed);
+    if (c) {
+      ++counters_->num_steps;
+      if (!executor_->queues_quickly(c->batch)) {  // queue it once this step's tokens are out
+        deferred_ = std::make_unique<SchedulerOutput>(std::move(*c));
+        deferred_feed_ = std::move(feed);
+        c.reset();
+      }
+    }
+    if (c) {
+      const Status st = pipeline_->enqueue(c->batch, feed);
+      if (st.is_ok()) {
+        next = std::make_unique<SchedulerOutput>(std::move(*c));
+      } else {
+        last_error_ = st.with_context("model step");
+        EMBER_LOG_ERROR("{}", last_error_.message());
+        fail_step(std::move(*c), outputs);
+      }
+    }
+  }
+  std::vector<int32_t> ids;
+  Status st;
+  {
+    step_profile::Scope t("engine: collect");
+    st = pipeline_->collect(ids);
+  }
+  SchedulerOutput done = std::move(*inflight_);
+  inflight_ = std::move(next);
+  if (st.is_ok() && ids.size() != done.batch.logit_rows.size())
+    st = Status::errorf("the executor returned {} argmax ids, expected {}", ids.size(), done.batch.logit_rows.size());
+  if (!st.is_ok()) {
+    last_error_ = st.with_context("model step");
+    EMBER_LOG_ERROR("{}", last_error_.message());
+    fail_step(std::move(done), outputs);
+    if (inflight_) {  // drain the step queued behind it and fail it too
+      (void)pipeline_->collect(ids);
+      fail_step(std::move(*inflight_), outputs);
+      inflight_.reset();
+    }
+    return;
+  }
+  step_profile::Scope t_update("engine: update + emit");
+  std::vector<int32_t> tokens(done.samples.size());
+  for (size_t i = 0; i < done.samples.size(); ++i) {
+    const int row = done.samples[i].logits_row;
+    EMBER_CHECK(row >= 0 && static_cast<size_t>(row) < ids.size());
+    tokens[i] = ids[static_cast<size_t>(row)];
+  }
+  // Aborts since it was queued, or a stop token the step before it picked, may have ended
+  // some of its sequences: their rows are dropped.
+  scheduler_->without_finished(done, tokens);
+  for (const ScheduledSeq& s : done.seqs) {
+    const Request* r = scheduler_->find(s.seq_id);
+    const int end = s.n_computed_before + s.n_new_tokens;
+    counters_->prompt_tokens_computed += std::max(0, std::min(end, r->num_prompt_tokens) - s.n_computed_before);
+  }
+  counters_->generation_tokens_total += static_cast<int64_t>(tokens.size());
+  emit(scheduler_->update(done, tokens), outputs);
+}
+
+bool LlmEngine::has_work() const {
+  return !pending_outputs_.empty() || inflight_ != nullptr || deferred_ != nullptr || scheduler_->has_work();
+}
 
 EngineStats LlmEngine::stats() const {
   const SchedulerStats ss = scheduler_->stats();

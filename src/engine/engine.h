@@ -17,8 +17,10 @@
 
 namespace ember {
 
+class ArgmaxPipeline;
 class Scheduler;
 class Sampler;
+struct SchedulerOutput;
 struct SeqUpdate;
 
 struct EngineConfig {
@@ -40,6 +42,15 @@ struct EngineConfig {
   // Host threads for sampling the steps that go through full logits (see Sampler): 1 on the
   // CPU backend, whose cores run the model; more on a GPU, where they are otherwise idle.
   int sampler_threads = 1;
+  // Pipelined greedy decode: while a greedy step runs, the next decode step is scheduled and
+  // queued with its tokens fed from the running step's picks on the device, so the host's
+  // work (scheduling, the step's upload and launch, detokenizing outputs) overlaps the
+  // device's. kAuto: when the executor queues steps asynchronously (can_pipeline_argmax, a
+  // GPU runner); kOn: whenever it has execute_argmax (steps then run when queued: the same
+  // schedule and results, for tests); kOff: never. A sequence that stops on a token costs one
+  // wasted row in the step queued behind it.
+  enum class Pipeline { kAuto, kOn, kOff };
+  Pipeline pipeline = Pipeline::kAuto;
 };
 
 class LlmEngine {
@@ -80,6 +91,11 @@ class LlmEngine {
 
   std::vector<Request> make_samples(EngineRequest request);
   void emit(const std::vector<SeqUpdate>& updates, std::vector<RequestOutput>& outputs);
+  // Pipelined greedy steps: queue the continuation of inflight_ (when the scheduler allows
+  // one), then collect inflight_'s tokens and apply them.
+  void step_pipelined(std::vector<RequestOutput>& outputs);
+  bool continues_greedy(const SchedulerOutput& prev) const;
+  void fail_step(SchedulerOutput so, std::vector<RequestOutput>& outputs);
 
   std::unique_ptr<ModelExecutor> executor_;
   EngineConfig config_;
@@ -92,6 +108,12 @@ class LlmEngine {
   std::vector<DeviceSampleSpec> sample_specs_;  // execute_sample rows (sampled steps on the device)
   std::vector<DeviceSampled> device_sampled_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step()
+  std::unique_ptr<ArgmaxPipeline> pipeline_;    // null unless config_.pipeline allows it
+  std::unique_ptr<SchedulerOutput> inflight_;   // a queued greedy step whose tokens are not applied yet
+  // A continuation scheduled behind inflight_ but slow to queue (queues_quickly): queued at the
+  // start of the next step(), after inflight_'s tokens went out; feed as for enqueue_argmax.
+  std::unique_ptr<SchedulerOutput> deferred_;
+  std::vector<int32_t> deferred_feed_;
   Status last_error_;
   struct Counters;
   std::unique_ptr<Counters> counters_;

@@ -89,6 +89,29 @@ class ModelExecutor {
     (void)token_ids;
     return Status::error("this executor has no execute_argmax");
   }
+  // Pipelined greedy steps (the engine queues step n + 1 before step n's tokens reach the
+  // host, so host work overlaps the device's): enqueue_argmax queues a step like
+  // execute_argmax and returns without waiting; collect_argmax waits for the oldest queued
+  // step and returns its ids. feed is empty or has one entry per batch token: where feed[i] >=
+  // 0, token i's id is the one the previously queued step picked for its logit row feed[i]
+  // (batch.token_ids[i] is ignored there). At most two steps are queued at once.
+  virtual bool can_pipeline_argmax() const { return false; }
+  virtual Status enqueue_argmax(const ForwardBatch& batch, std::span<const int32_t> feed) {
+    (void)batch;
+    (void)feed;
+    return Status::error("this executor has no enqueue_argmax");
+  }
+  virtual Status collect_argmax(std::vector<int32_t>& token_ids) {
+    (void)token_ids;
+    return Status::error("this executor has no collect_argmax");
+  }
+  // Whether queuing this batch is quick host work (a GPU runner: a captured graph to replay)
+  // rather than a long one (eager launches, a graph capture), which the engine then does only
+  // after handing out the tokens it has.
+  virtual bool queues_quickly(const ForwardBatch& batch) const {
+    (void)batch;
+    return true;
+  }
   // Steps without the logits: execute_sample runs one step like execute and samples each
   // spec's row on the device; out[i] is rows[i]'s token (the host Sampler's pick for the same
   // u; see DeviceSampleSpec), with its raw logprob, rank and top alternatives when asked.

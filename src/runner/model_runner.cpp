@@ -93,10 +93,13 @@ struct ClearStepMetadata {
   ~ClearStepMetadata() { c->clear_step_metadata(); }
 };
 
-std::vector<HostArray> step_arrays(const ForwardBatch& b) {
+// (feed, when not empty, goes last: the other arrays keep the addresses graphs captured)
+std::vector<HostArray> step_arrays(const ForwardBatch& b, const std::vector<int32_t>& feed) {
   auto arr = [](const std::vector<int32_t>& v) { return HostArray{v.data(), v.size() * sizeof(int32_t)}; };
-  return {arr(b.token_ids),   arr(b.positions),    arr(b.slot_mapping), arr(b.query_start),
-          arr(b.seq_lens),    arr(b.block_tables), arr(b.logit_rows)};
+  std::vector<HostArray> a = {arr(b.token_ids), arr(b.positions),    arr(b.slot_mapping), arr(b.query_start),
+                              arr(b.seq_lens),  arr(b.block_tables), arr(b.logit_rows)};
+  if (!feed.empty()) a.push_back(arr(feed));
+  return a;
 }
 #endif
 
@@ -304,7 +307,8 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
   const uint64_t key = (static_cast<uint64_t>(n) << 32) | static_cast<uint64_t>(w);
 
   sync_activation_epoch();
-  cuda_->set_step_metadata(step_arrays(padded_));
+  cuda_->set_step_metadata(step_arrays(padded_, feed_));
+  EMBER_RETURN_IF_ERROR(apply_feed(padded_));
   if (cuda_->launch_graph(key)) return graph_state_[key].logits;
   // Decode attention plans for the longest sequence this width allows, so the graph stays
   // right as sequences grow (the warm-up step plans the same, so buffers are sized for it).
@@ -321,6 +325,7 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
     if (!r.is_ok()) return r.status();
     if (cs.is_ok() && cuda_->launch_graph(key)) {
       st.logits = *r;
+      st.captured = true;
       return r;
     }
     EMBER_LOG_WARN("cuda: decode graph for batch {} not used: {}", n, cs.is_ok() ? "launch failed" : cs.message());
@@ -334,18 +339,25 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
   return r;
 }
 
-Result<Tensor> ModelRunner::enqueue_cuda(const ForwardBatch& batch) {
+Status ModelRunner::apply_feed(const ForwardBatch& batch) {
+  if (feed_.empty()) return Status::ok();
+  return cuda_->feed_tokens(batch.token_ids.data(), feed_.data(), static_cast<int>(feed_.size()));
+}
+
+Result<Tensor> ModelRunner::enqueue_cuda(const ForwardBatch& batch, bool profile_sync) {
   cuda_->make_current();  // (the engine's thread may not be the one that loaded the model)
   step_profile::Scope t("runner: enqueue");
   Result<Tensor> out = Tensor{};
   if (graphs_ && is_decode_batch(batch)) {
     out = run_decode_graph(batch);
   } else {
-    cuda_->set_step_metadata(step_arrays(batch));
+    cuda_->set_step_metadata(step_arrays(batch, feed_));
+    const Status fed = apply_feed(batch);
+    if (!fed.is_ok()) return fed;
     out = model_->enqueue_forward(batch, kv_);
   }
   t.stop();
-  if (out.is_ok() && out->valid() && step_profile::enabled()) {  // the forward apart from what follows
+  if (profile_sync && out.is_ok() && out->valid() && step_profile::enabled()) {  // the forward apart from what follows
     step_profile::Scope w("runner: gpu wait");
     backend_->synchronize();
   }
@@ -381,6 +393,54 @@ Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<
   token_ids.resize(static_cast<size_t>(out->n_rows()));
   step_profile::Scope t("runner: argmax + ids");
   return cuda_->argmax_rows(*out, token_ids.data());  // the one sync
+}
+
+Status ModelRunner::enqueue_argmax(const ForwardBatch& batch, std::span<const int32_t> feed) {
+  if (kv_.layers.empty()) return Status::error("execute before allocate_kv_cache");
+  if (!can_pipeline_argmax()) return Status::error("enqueue_argmax: not available on this runner");
+  if (queued_.size() >= 2) return Status::error("enqueue_argmax: two steps are queued already");
+  if (!feed.empty()) {
+    if (feed.size() != batch.token_ids.size())
+      return Status::errorf("enqueue_argmax: {} feed entries for {} tokens", feed.size(), batch.token_ids.size());
+    for (int32_t f : feed)
+      if (f >= last_queued_rows_)
+        return Status::errorf("enqueue_argmax: feed row {} of a step with {} logit rows", f, last_queued_rows_);
+  }
+  feed_.assign(feed.begin(), feed.end());
+  struct Reset {
+    ModelRunner* r;
+    ~Reset() {
+      r->feed_.clear();
+      r->cuda_->clear_step_metadata();
+    }
+  } reset{this};
+  Result<Tensor> out = enqueue_cuda(batch, /*profile_sync=*/false);
+  if (!out.is_ok()) return out.status();
+  const int64_t n = out->valid() ? out->n_rows() : 0;
+  const int slot = next_slot_;
+  if (n > 0) EMBER_RETURN_IF_ERROR(cuda_->argmax_rows_async(*out, slot));
+  next_slot_ ^= 1;
+  queued_.push_back({slot, n});
+  last_queued_rows_ = n;
+  return Status::ok();
+}
+
+bool ModelRunner::queues_quickly(const ForwardBatch& batch) const {
+  if (cuda_ == nullptr || !graphs_ || !is_decode_batch(batch)) return false;
+  const uint64_t key = (static_cast<uint64_t>(batch.n_seqs()) << 32) |
+                       static_cast<uint64_t>(width_bucket(batch.max_blocks_per_seq));
+  auto it = graph_state_.find(key);
+  return it != graph_state_.end() && it->second.captured && model_->activation_epoch() == graph_epoch_;
+}
+
+Status ModelRunner::collect_argmax(std::vector<int32_t>& token_ids) {
+  if (queued_.empty()) return Status::error("collect_argmax: no step is queued");
+  const QueuedArgmax q = queued_.front();
+  queued_.erase(queued_.begin());
+  token_ids.resize(static_cast<size_t>(q.n));
+  if (q.n == 0) return Status::ok();
+  step_profile::Scope t("runner: argmax wait");
+  return cuda_->argmax_rows_wait(q.slot, token_ids.data(), q.n);
 }
 
 // (execute_sample checked the cache and device_sample_ before the ranks started.)
@@ -450,6 +510,12 @@ Status ModelRunner::execute_cuda(const ForwardBatch& batch, std::vector<float>& 
 Status ModelRunner::execute_argmax_local(const ForwardBatch& batch, std::vector<int32_t>& token_ids) {
   return execute_argmax_host(batch, token_ids);
 }
+Status ModelRunner::enqueue_argmax(const ForwardBatch&, std::span<const int32_t>) {
+  return Status::error("enqueue_argmax needs CUDA");
+}
+Status ModelRunner::collect_argmax(std::vector<int32_t>&) { return Status::error("collect_argmax needs CUDA"); }
+Status ModelRunner::apply_feed(const ForwardBatch&) { return Status::ok(); }
+bool ModelRunner::queues_quickly(const ForwardBatch&) const { return false; }  // (the CPU runs a step as it is queued)
 Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch&) { return Status::error("no CUDA"); }
 void ModelRunner::sync_activation_epoch() {}
 

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace ember {
@@ -70,6 +71,13 @@ class ModelRunner : public ModelExecutor {
   // On the CPU, and on CUDA unless EMBER_GPU_SAMPLE=0.
   bool can_execute_argmax() const override { return device_argmax_; }
   Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
+  // CUDA on one rank with the device argmax: steps are queued on the stream, their ids
+  // downloaded through two pinned slots, fed tokens taken from the last queued argmax.
+  bool can_pipeline_argmax() const override { return cuda_ != nullptr && device_argmax_ && peers_.empty(); }
+  Status enqueue_argmax(const ForwardBatch& batch, std::span<const int32_t> feed) override;
+  Status collect_argmax(std::vector<int32_t>& token_ids) override;
+  // A decode batch whose graph is captured (CUDA).
+  bool queues_quickly(const ForwardBatch& batch) const override;
   bool can_execute_sample() const override { return device_sample_; }
   Status execute_sample(const ForwardBatch& batch, const std::vector<DeviceSampleSpec>& rows,
                         std::vector<DeviceSampled>& out) override;
@@ -113,8 +121,11 @@ class ModelRunner : public ModelExecutor {
   Status allocate_kv_local(const KvCacheConfig& cfg);
   Status copy_blocks_local(const std::vector<std::pair<int32_t, int32_t>>& src_dst);
   Status execute_cuda(const ForwardBatch& batch, std::vector<float>& logits);
-  // Queues the forward pass of a CUDA step (graph replay for decode batches).
-  Result<Tensor> enqueue_cuda(const ForwardBatch& batch);
+  // Queues the forward pass of a CUDA step (graph replay for decode batches). profile_sync:
+  // under EMBER_STEP_PROFILE, wait for the forward so that the profile splits it off.
+  Result<Tensor> enqueue_cuda(const ForwardBatch& batch, bool profile_sync = true);
+  // After the step metadata is set: queue feed_'s token replacement (nothing when empty).
+  Status apply_feed(const ForwardBatch& batch);
   Result<Tensor> run_decode_graph(const ForwardBatch& batch);
   void sync_activation_epoch();
 
@@ -133,9 +144,20 @@ class ModelRunner : public ModelExecutor {
   bool graphs_ = false;
   bool device_argmax_ = false;  // CPU, or CUDA unless EMBER_GPU_SAMPLE=0
   bool device_sample_ = false;  // device_argmax_ unless EMBER_GPU_SAMPLE_ROWS=0
+  // enqueue_argmax: the feed of the step being queued (step metadata while it is queued),
+  // the queued steps (download slot, ids), the next slot, the last queued step's logit rows.
+  std::vector<int32_t> feed_;
+  struct QueuedArgmax {
+    int slot = 0;
+    int64_t n = 0;
+  };
+  std::vector<QueuedArgmax> queued_;
+  int next_slot_ = 0;
+  int64_t last_queued_rows_ = -1;
   struct GraphState {
     bool warm = false;    // one eager step of this shape has run
     bool failed = false;  // capture failed: this shape stays eager
+    bool captured = false;  // a graph of this shape was captured and launched
     Tensor logits;        // the graph's logit rows (fixed device address)
   };
   std::map<uint64_t, GraphState> graph_state_;

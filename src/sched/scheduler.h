@@ -83,6 +83,19 @@ class Scheduler {
   bool contains(const std::string& request_id) const;
 
   SchedulerOutput schedule();
+  // The decode step that follows `prev` (a step whose tokens are not sampled yet), for an
+  // engine that queues it before prev's tokens come back. Possible when nothing waits for
+  // admission or a fork, every running sequence ran in prev and reaches the end of its known
+  // tokens there (one sample each, no fan-out), and free blocks cover every next slot without a
+  // preemption; otherwise nullopt, changing nothing. Each continuing sequence gets the slot of
+  // the position prev samples; its token in the batch is a placeholder: feed[i] is the logits
+  // row of prev whose pick row i takes. Sequences prev's token ends by length are left out;
+  // ones it ends on a stop token cannot be known and run one wasted row (update() of the
+  // continuation must skip sequences that are gone: see without_finished).
+  std::optional<SchedulerOutput> schedule_continuation(const SchedulerOutput& prev, std::vector<int32_t>& feed);
+  // `out` and `sampled` restricted to the sequences still running with the state `out` was
+  // scheduled against (an abort or an earlier update may have finished some since).
+  void without_finished(SchedulerOutput& out, std::vector<int32_t>& sampled) const;
   // Applies a step: sampled[i] is the token for out.samples[i]. Returns one update per sample,
   // in order. Finished sequences are freed and forgotten.
   std::vector<SeqUpdate> update(const SchedulerOutput& out, std::span<const int32_t> sampled);
@@ -94,6 +107,8 @@ class Scheduler {
   std::vector<SeqUpdate> fail(const SchedulerOutput& out);
 
   bool has_work() const { return !requests_.empty(); }
+  // Sequences wait for admission (or for a fork).
+  bool has_waiting() const { return !waiting_.empty() || !fork_children_.empty(); }
   const Request* find(SeqId seq) const;
   // Mutable access for the engine's sampler (random stream); nullptr if unknown.
   Request* find(SeqId seq);

@@ -161,3 +161,99 @@ void Scheduler::build_batch(SchedulerOutput& out) {
 }
 
 }  // namespace ember
+
+namespace ember {
+
+std::optional<SchedulerOutput> Scheduler::schedule_continuation(const SchedulerOutput& prev,
+                                                                std::vector<int32_t>& feed) {
+  feed.clear();
+  if (!waiting_.empty() || !fork_children_.empty() || prev.seqs.empty()) return std::nullopt;
+  if (static_cast<int>(prev.seqs.size()) > config_.max_num_batched_tokens) return std::nullopt;
+  // Every running sequence must be in prev (else it would wait a step for nothing), sampled
+  // once there, and still be where prev left it.
+  std::unordered_map<SeqId, int> row_of;
+  for (const SampleSlot& s : prev.samples) {
+    if (row_of.count(s.seq_id)) return std::nullopt;
+    row_of[s.seq_id] = s.logits_row;
+  }
+  int n_running_in_prev = 0;
+  for (const ScheduledSeq& s : prev.seqs) {
+    const Request* r = find(s.seq_id);
+    if (r == nullptr) continue;  // aborted since
+    if (s.fans_out || !row_of.count(s.seq_id) || r->status != RequestStatus::kRunning ||
+        r->num_computed_tokens != s.n_computed_before || s.n_computed_before + s.n_new_tokens != r->num_tokens())
+      return std::nullopt;
+    ++n_running_in_prev;
+  }
+  if (n_running_in_prev != static_cast<int>(running_.size())) return std::nullopt;
+
+  // Who continues: not those prev's token ends by length (check_stop's rule one token on).
+  const int bs = config_.block_size;
+  std::vector<SeqId> next;
+  int new_blocks = 0;
+  for (const ScheduledSeq& s : prev.seqs) {
+    const Request* r = find(s.seq_id);
+    if (r == nullptr) continue;
+    if (r->num_output_tokens() + 1 >= r->max_output_tokens || r->num_tokens() + 1 >= config_.max_model_len) continue;
+    next.push_back(s.seq_id);
+    new_blocks += r->num_tokens() % bs == 0;  // the slot of position num_tokens() opens a block
+  }
+  if (next.empty() || new_blocks > kv_.n_free_blocks()) return std::nullopt;
+
+  SchedulerOutput out;
+  for (SeqId seq : next) {
+    const Request& r = req(seq);
+    std::vector<BlockCopy> copies;
+    EMBER_CHECK(kv_.allocate_slots(seq, r.num_tokens(), 1, nullptr, copies) && copies.empty(),
+                "sequence {}: the continuation's slot", seq);
+    out.seqs.push_back({seq, 1, r.num_tokens(), false});
+  }
+  // build_batch's layout for one token a sequence, whose id prev has yet to pick.
+  ForwardBatch& b = out.batch;
+  int max_blocks = 0;
+  for (const ScheduledSeq& s : out.seqs)
+    max_blocks = std::max(max_blocks, static_cast<int>(kv_.block_table(s.seq_id).size()));
+  b.max_blocks_per_seq = max_blocks;
+  b.query_start.push_back(0);
+  for (const ScheduledSeq& s : out.seqs) {
+    std::span<const int32_t> table = kv_.block_table(s.seq_id);
+    const int pos = s.n_computed_before;
+    b.token_ids.push_back(0);
+    feed.push_back(row_of.at(s.seq_id));
+    b.positions.push_back(pos);
+    b.slot_mapping.push_back(table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
+    b.query_start.push_back(b.n_tokens());
+    b.seq_lens.push_back(pos + 1);
+    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(max_blocks) - table.size(), 0);
+    b.logit_rows.push_back(b.n_tokens() - 1);
+    out.samples.push_back({static_cast<int>(b.logit_rows.size()) - 1, s.seq_id});
+  }
+  return out;
+}
+
+void Scheduler::without_finished(SchedulerOutput& out, std::vector<int32_t>& sampled) const {
+  EMBER_CHECK(sampled.size() == out.samples.size());
+  auto live = [this](const ScheduledSeq& s) {
+    const Request* r = find(s.seq_id);
+    return r != nullptr && r->status == RequestStatus::kRunning && r->num_computed_tokens == s.n_computed_before;
+  };
+  // A logits row is kept with the sequence that produced it (a fan-out's samples share it).
+  std::unordered_map<SeqId, bool> keep;
+  for (const ScheduledSeq& s : out.seqs) keep[s.seq_id] = live(s);
+  std::unordered_map<int, bool> keep_row;
+  for (const SampleSlot& slot : out.samples)
+    if (auto it = keep.find(slot.seq_id); it != keep.end()) keep_row[slot.logits_row] = it->second;
+  std::erase_if(out.seqs, [&](const ScheduledSeq& s) { return !keep[s.seq_id]; });
+  size_t w = 0;
+  for (size_t i = 0; i < out.samples.size(); ++i) {
+    auto it = keep_row.find(out.samples[i].logits_row);
+    if (it == keep_row.end() || !it->second) continue;
+    out.samples[w] = out.samples[i];
+    sampled[w++] = sampled[i];
+  }
+  out.samples.resize(w);
+  sampled.resize(w);
+}
+
+}  // namespace ember

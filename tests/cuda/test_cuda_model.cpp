@@ -9,6 +9,7 @@
 #include "../model/softcap_check.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/npy.h"
+#include "engine/engine.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
 
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 
 namespace ember {
@@ -103,6 +105,10 @@ class Seqs {
   Status step_argmax(ModelRunner& r, const std::vector<std::vector<int32_t>>& tokens, bool all_logits,
                      std::vector<int32_t>& ids) {
     return r.execute_argmax(batch(tokens, all_logits), ids);
+  }
+  // The step's batch (advances the sequences as a step does), for callers that run it themselves.
+  ForwardBatch batch_of(const std::vector<std::vector<int32_t>>& tokens, bool all_logits) {
+    return batch(tokens, all_logits);
   }
   // The same step, tokens sampled on the device.
   Status step_sample(ModelRunner& r, const std::vector<std::vector<int32_t>>& tokens, bool all_logits,
@@ -287,14 +293,24 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, CudaFidelity, ::testing::ValuesIn(variants
 // Greedy tokens picked on the GPU (ModelRunner::execute_argmax) equal the host Sampler's greedy
 // pick from the downloaded logits of the same step, for prompt batches (every row's logits)
 // and graph-replayed decode steps; and the two runners stay in lockstep.
+// The 8B-shaped checkpoint when given (EMBER_CUDA_TEST_MODEL: the real vocabulary, 128,256
+// columns), else the fixture.
+std::string greedy_test_model() {
+  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
+  return dir ? std::string(dir) : kFixtures + "/llama3/hf-bf16";
+}
+
+// Two runners of greedy_test_model() with the blocks of n_seqs sequences of bpb blocks each.
+std::pair<std::unique_ptr<ModelRunner>, std::unique_ptr<ModelRunner>> two_greedy_runners(int bpb, int n_seqs) {
+  const std::string path = greedy_test_model();
+  return {load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs)),
+          load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs))};
+}
+
 TEST(CudaModel, DeviceArgmaxEqualsHostSampler) {
   SKIP_WITHOUT_GPU();
-  // The 8B-shaped checkpoint when given (the real vocabulary: 128,256 columns), else the fixture.
-  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
-  const std::string path = dir ? std::string(dir) : kFixtures + "/llama3/hf-bf16";
   const int bpb = 8, n_seqs = 5;
-  auto a = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs));
-  auto b = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n_seqs));
+  auto [a, b] = two_greedy_runners(bpb, n_seqs);
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(b->can_execute_argmax());
   const int vocab = a->vocab_size();
@@ -337,6 +353,122 @@ TEST(CudaModel, DeviceArgmaxEqualsHostSampler) {
     }
   }
   EXPECT_GT(distinct, 0) << "every sequence picked the same token: the test would not see mixed-up rows";
+}
+
+// Pipelined greedy steps (ModelRunner::enqueue_argmax / collect_argmax): each decode step is
+// queued before the previous one's ids are collected, its tokens fed on the device from the
+// previous step's picks (feed rows follow the sequences as they leave and rejoin the batch);
+// every step's ids equal a runner stepping synchronously with the same tokens on the host.
+TEST(CudaModel, PipelinedArgmaxEqualsStepByStep) {
+  SKIP_WITHOUT_GPU();
+  const int bpb = 8, n_seqs = 5;
+  auto [a, b] = two_greedy_runners(bpb, n_seqs);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(b->can_pipeline_argmax());
+  const auto prompts = random_prompts(a->vocab_size(), 23, n_seqs, 3, 4);
+  Seqs sa(16, bpb, n_seqs), sb(16, bpb, n_seqs);
+  // Which sequences run in decode step j (sequence 2 sits out steps 3-4, 4 leaves after 6).
+  auto active = [](int j, int s) { return !(s == 2 && (j == 3 || j == 4)) && !(s == 4 && j > 6); };
+  std::vector<int32_t> want;
+  ASSERT_TRUE(sa.step_argmax(*a, prompts, false, want).is_ok());
+  std::vector<int32_t> last(want.begin(), want.end());  // sequence s's latest pick (host side)
+  ASSERT_TRUE(b->enqueue_argmax(sb.batch_of(prompts, false), {}).is_ok());
+  std::vector<int> row_prev(n_seqs);  // sequence s's logit row in the step queued last
+  for (int s = 0; s < n_seqs; ++s) row_prev[static_cast<size_t>(s)] = s;
+  std::vector<std::vector<int32_t>> expected = {want};
+  const int n_steps = 10;
+  for (int j = 0; j < n_steps; ++j) {
+    std::vector<std::vector<int32_t>> toks(n_seqs), placeholders(n_seqs);
+    std::vector<int32_t> feed;
+    std::vector<int> row_now(n_seqs, -1);
+    int row = 0;
+    for (int s = 0; s < n_seqs; ++s) {
+      if (!active(j, s)) continue;
+      toks[static_cast<size_t>(s)] = {last[static_cast<size_t>(s)]};
+      placeholders[static_cast<size_t>(s)] = {0};
+      feed.push_back(row_prev[static_cast<size_t>(s)]);
+      row_now[static_cast<size_t>(s)] = row++;
+    }
+    ASSERT_TRUE(sa.step_argmax(*a, toks, false, want).is_ok());
+    expected.push_back(want);
+    for (int s = 0, r = 0; s < n_seqs; ++s)
+      if (active(j, s)) last[static_cast<size_t>(s)] = want[static_cast<size_t>(r++)];
+    // A sequence that sat out keeps its pick from the step it last ran in: not fed from the
+    // previous step's rows then, so it rejoins with a host token (feed -1).
+    for (int s = 0; s < n_seqs; ++s) {
+      if (!active(j, s)) continue;
+      const bool ran_before = j == 0 || active(j - 1, s);
+      if (!ran_before) {
+        placeholders[static_cast<size_t>(s)] = {toks[static_cast<size_t>(s)][0]};
+        feed[static_cast<size_t>(row_now[static_cast<size_t>(s)])] = -1;
+      }
+    }
+    ASSERT_TRUE(b->enqueue_argmax(sb.batch_of(placeholders, false), feed).is_ok()) << "step " << j;
+    std::vector<int32_t> got;
+    ASSERT_TRUE(b->collect_argmax(got).is_ok());
+    EXPECT_EQ(got, expected[static_cast<size_t>(j)]) << "pipelined step " << j - 1;
+    for (int s = 0; s < n_seqs; ++s)
+      if (row_now[static_cast<size_t>(s)] >= 0) row_prev[static_cast<size_t>(s)] = row_now[static_cast<size_t>(s)];
+  }
+  std::vector<int32_t> got;
+  ASSERT_TRUE(b->collect_argmax(got).is_ok());
+  EXPECT_EQ(got, expected.back()) << "the last pipelined step";
+  EXPECT_FALSE(b->collect_argmax(got).is_ok()) << "nothing is queued any more";
+}
+
+// The engine with pipelined greedy decode on the GPU (EngineConfig::Pipeline::kAuto) gives the
+// same outputs as with it off, for requests that end at different lengths and join late.
+TEST(CudaModel, PipelinedEngineEqualsSynchronous) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = kFixtures + "/llama3/hf-bf16";
+  auto run = [&](EngineConfig::Pipeline mode) {
+    std::map<std::string, std::vector<int32_t>> out;
+    RunnerOptions o;
+    o.device = "cuda";
+    o.kv_dtype = DType::BF16;
+    auto loaded = ModelRunner::load(path, o);
+    EXPECT_TRUE(loaded.is_ok()) << loaded.message();
+    if (!loaded.is_ok()) return out;
+    std::unique_ptr<ModelRunner> r = std::move(loaded).value();
+    if (mode == EngineConfig::Pipeline::kAuto) EXPECT_TRUE(r->can_pipeline_argmax());
+    const int vocab = r->vocab_size();
+    EngineConfig ec;
+    ec.n_blocks = 64;
+    ec.scheduler.block_size = 16;
+    ec.scheduler.max_num_seqs = 8;
+    ec.scheduler.max_num_batched_tokens = 256;
+    ec.pipeline = mode;
+    auto eng = LlmEngine::create(std::move(r), ec);
+    EXPECT_TRUE(eng.is_ok()) << eng.message();
+    if (!eng.is_ok()) return out;
+    LlmEngine& e = **eng;
+    const auto prompts = random_prompts(vocab, 31, 5, 4, 3);
+    auto add = [&](int i) {
+      EngineRequest q;
+      q.request_id = "r" + std::to_string(i);
+      q.prompt_token_ids = prompts[static_cast<size_t>(i)];
+      q.params.temperature = 0.0f;
+      q.params.max_tokens = 6 + 7 * i;
+      q.params.ignore_eos = true;
+      if (i == 1) q.params.stop_token_ids = {prompts[1][0]};  // may or may not come up
+      EXPECT_TRUE(e.add_request(q).is_ok());
+    };
+    for (int i = 0; i < 3; ++i) add(i);
+    for (int step = 0; e.has_work() && step < 1000; ++step) {
+      if (step == 5) add(3);
+      if (step == 9) add(4);
+      for (const RequestOutput& o : e.step()) {
+        auto& v = out[o.request_id];
+        v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      }
+    }
+    EXPECT_FALSE(e.has_work());
+    return out;
+  };
+  const auto sync = run(EngineConfig::Pipeline::kOff);
+  const auto piped = run(EngineConfig::Pipeline::kAuto);
+  ASSERT_EQ(sync.size(), 5u);
+  EXPECT_EQ(piped, sync);
 }
 
 // Copy-on-write of a K/V block on the device (a device-to-device copy in the stream; before,

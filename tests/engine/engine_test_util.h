@@ -113,4 +113,27 @@ inline Results run_all(TestEngine& te) {
   return results;
 }
 
+inline EngineRequest greedy_request(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  EngineRequest r;
+  r.request_id = std::move(id);
+  r.prompt_token_ids = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+// An executor failure (s.fake.fail_on_step) ends the failed step's request `a` (prompt {1, 2,
+// 3}) with kError and frees its blocks; the engine then serves a new request correctly.
+inline void expect_failure_ends_the_request(const EngineSetup& s, EngineRequest a) {
+  TestEngine te = make_engine(s);
+  ASSERT_TRUE(te.engine->add_request(a).is_ok());
+  Results res = run_all(te);
+  EXPECT_EQ(res[a.request_id][0].reason, FinishReason::kError);
+  EXPECT_FALSE(te.engine->last_error().is_ok());
+  EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
+  ASSERT_TRUE(te.engine->add_request(greedy_request("after-failure", {1, 2, 3}, 4)).is_ok());
+  res = run_all(te);
+  EXPECT_EQ(res["after-failure"][0].tokens, reference_greedy({1, 2, 3}, 4, {0}, s.fake.vocab_size, s.fake.max_context));
+}
+
 }  // namespace ember::testing

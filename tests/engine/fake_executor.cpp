@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -63,6 +64,45 @@ Status FakeExecutor::execute_argmax(const ForwardBatch& b, std::vector<int32_t>&
         token_ids[r] = static_cast<int32_t>(v);
       }
   }
+  return Status::ok();
+}
+
+Status FakeExecutor::enqueue_argmax(const ForwardBatch& batch, std::span<const int32_t> feed) {
+  if (!can_pipeline_argmax()) return Status::error("enqueue_argmax not offered");
+  if (queue_.size() >= 2) return Status::error("enqueue_argmax: two steps are queued already");
+  if (!feed.empty() && feed.size() != batch.token_ids.size()) return Status::error("enqueue_argmax: feed size");
+  queue_.push_back({batch, std::vector<int32_t>(feed.begin(), feed.end())});
+  n_fed_steps_ += std::any_of(feed.begin(), feed.end(), [](int32_t f) { return f >= 0; });
+  max_queued_ = std::max(max_queued_, static_cast<int>(queue_.size()));
+  return Status::ok();
+}
+
+Status FakeExecutor::collect_argmax(std::vector<int32_t>& token_ids) {
+  if (queue_.empty()) return Status::error("collect_argmax: nothing queued");
+  Queued q = std::move(queue_.front());
+  queue_.pop_front();
+  const bool fed = std::any_of(q.feed.begin(), q.feed.end(), [](int32_t f) { return f >= 0; });
+  if (fed && last_failed_) {
+    // Its tokens were to come from a step that failed: a GPU would run it on garbage, and the
+    // engine ends its sequences; running it here would only read the failed step's missing K/V.
+    token_ids.assign(q.batch.logit_rows.size(), 0);
+    return Status::ok();
+  }
+  last_failed_ = false;
+  for (size_t i = 0; i < q.feed.size(); ++i) {
+    if (q.feed[i] < 0) continue;
+    if (static_cast<size_t>(q.feed[i]) >= last_ids_.size()) {
+      error("feed row past the previous step's rows");
+      return Status::error("collect_argmax: bad feed row");
+    }
+    q.batch.token_ids[i] = last_ids_[static_cast<size_t>(q.feed[i])];
+  }
+  const Status st = execute_argmax(q.batch, token_ids);
+  if (!st.is_ok()) {
+    last_failed_ = true;
+    return st;
+  }
+  last_ids_ = token_ids;
   return Status::ok();
 }
 

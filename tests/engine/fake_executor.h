@@ -7,6 +7,8 @@
 #include "runner/model_executor.h"
 
 #include <cstdint>
+#include <deque>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -23,6 +25,13 @@ struct FakeExecutorOptions {
   bool device_argmax = false;
   // Offer execute_sample (what a GPU runner does for sampled steps).
   bool device_sample = false;
+  // Offer enqueue_argmax / collect_argmax (with device_argmax). A queued step runs only when
+  // it is collected, as late as a GPU could run it, so an engine that needed its results (or
+  // its K/V writes) earlier would see wrong logits.
+  bool pipeline_argmax = false;
+  // queues_quickly() answers false on every k-th call (0: never), as a GPU runner does for a
+  // batch shape it has no graph of yet.
+  int slow_queue_every = 0;
 };
 
 // One row of an execute_sample call as the fake received it (the adjustment list copied).
@@ -46,6 +55,16 @@ class FakeExecutor : public ModelExecutor {
   bool can_execute_argmax() const override { return opt_.device_argmax; }
   // execute(), then the first maximum of each logit row (0 when none is above -inf).
   Status execute_argmax(const ForwardBatch& batch, std::vector<int32_t>& token_ids) override;
+  bool can_pipeline_argmax() const override { return opt_.device_argmax && opt_.pipeline_argmax; }
+  Status enqueue_argmax(const ForwardBatch& batch, std::span<const int32_t> feed) override;
+  // Runs the oldest queued step now (its fed tokens from the step run before it).
+  Status collect_argmax(std::vector<int32_t>& token_ids) override;
+  bool queues_quickly(const ForwardBatch&) const override {
+    return opt_.slow_queue_every <= 0 || ++n_queue_questions_ % opt_.slow_queue_every != 0;
+  }
+  int max_queued() const { return max_queued_; }
+  // Queued steps whose tokens were fed from the step before them.
+  int n_fed_steps() const { return n_fed_steps_; }
   bool can_execute_sample() const override { return opt_.device_sample; }
   // execute(), then each spec's pick as a device sampler defines it: the row's adjustment
   // list applied to the NaN-scrubbed logits, then pick_adjusted with the spec's u (raw
@@ -88,6 +107,16 @@ class FakeExecutor : public ModelExecutor {
   std::vector<std::vector<RecordedSampleRow>> sample_calls_;
   int64_t n_tokens_computed_ = 0;
   int64_t n_block_copies_ = 0;
+  struct Queued {
+    ForwardBatch batch;
+    std::vector<int32_t> feed;
+  };
+  std::deque<Queued> queue_;
+  std::vector<int32_t> last_ids_;  // the last collected step's picks
+  bool last_failed_ = false;       // the last collected step failed
+  int max_queued_ = 0;
+  int n_fed_steps_ = 0;
+  mutable int n_queue_questions_ = 0;
 };
 
 }  // namespace ember::testing

@@ -69,6 +69,7 @@ struct RunSetup {
   int n_blocks = 512;
   int max_num_batched_tokens = 2048;
   bool prefix_caching = false;
+  EngineConfig::Pipeline pipeline = EngineConfig::Pipeline::kAuto;  // (kAuto: off on the CPU)
 };
 
 struct RunResult {
@@ -94,6 +95,7 @@ class Runner {
     ec.scheduler.max_num_seqs = 16;
     ec.scheduler.enable_prefix_caching = s.prefix_caching;
     ec.deterministic = true;
+    ec.pipeline = s.pipeline;
     auto engine = LlmEngine::create(std::move(*runner), ec);
     EXPECT_TRUE(engine.is_ok()) << engine.message();
     if (engine.is_ok()) engine_ = std::move(*engine);
@@ -199,6 +201,19 @@ TEST_F(BatchInvarianceReal, PreemptionEqualsAlone) {
   r.run(kAll, res);
   EXPECT_GT(res.preemptions, 0) << "the cache was meant to be too small";
   expect_same(*solo_, res, "preemption");
+}
+
+// Pipelined greedy decode (each continuation queued before the step ahead of it is applied;
+// on the CPU, run as it is queued) with preemptions: the same tokens.
+TEST_F(BatchInvarianceReal, PipelinedEqualsAlone) {
+  RunSetup s;
+  s.pipeline = EngineConfig::Pipeline::kOn;
+  s.n_blocks = 14;
+  Runner r(s);
+  RunResult res;
+  r.run(kAll, res);
+  EXPECT_GT(res.preemptions, 0) << "the cache was meant to be too small";
+  expect_same(*solo_, res, "pipelined");
 }
 
 // Without the option the fast path is not batch invariant (see the top of the file): chunks

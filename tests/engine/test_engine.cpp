@@ -10,15 +10,6 @@
 namespace ember::testing {
 namespace {
 
-EngineRequest greedy_request(std::string id, std::vector<int32_t> prompt, int max_tokens) {
-  EngineRequest r;
-  r.request_id = std::move(id);
-  r.prompt_token_ids = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  return r;
-}
-
 std::vector<int32_t> random_prompt(std::mt19937_64& rng, int len, int vocab) {
   std::vector<int32_t> p(static_cast<size_t>(len));
   for (auto& t : p) t = 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 1));
@@ -623,16 +614,7 @@ TEST(LlmEngine, AbortFreesBlocksAtOnce) {
 TEST(LlmEngine, ExecutorFailureEndsTheStepsRequestsWithError) {
   EngineSetup s = default_setup();
   s.fake.fail_on_step = 2;
-  TestEngine te = make_engine(s);
-  ASSERT_TRUE(te.engine->add_request(greedy_request("a", {1, 2, 3}, 10)).is_ok());
-  Results res = run_all(te);
-  EXPECT_EQ(res["a"][0].reason, FinishReason::kError);
-  EXPECT_FALSE(te.engine->last_error().is_ok());
-  EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
-  // The engine keeps working afterwards.
-  ASSERT_TRUE(te.engine->add_request(greedy_request("b", {1, 2, 3}, 4)).is_ok());
-  res = run_all(te);
-  EXPECT_EQ(res["b"][0].tokens, reference_greedy({1, 2, 3}, 4, {0}, 64, 256));
+  expect_failure_ends_the_request(s, greedy_request("a", {1, 2, 3}, 10));
 }
 
 TEST(LlmEngine, PrefixCacheSkipsComputeAndReportsCachedTokens) {

@@ -21,6 +21,9 @@ struct WorkloadConfig {
   int max_num_seqs;
   bool prefix_caching;
   SchedulerPolicy policy;
+  // Pipelined greedy decode with a fake that runs queued steps when collected; most requests
+  // greedy then, so that whole steps of greedy rows (the pipelined ones) are common.
+  bool pipeline = false;
 };
 
 class RandomWorkload : public ::testing::TestWithParam<WorkloadConfig> {};
@@ -36,6 +39,9 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
   s.config.scheduler.max_num_seqs = w.max_num_seqs;
   s.config.scheduler.enable_prefix_caching = w.prefix_caching;
   s.config.scheduler.policy = w.policy;
+  s.fake.device_argmax = w.pipeline;
+  s.fake.pipeline_argmax = w.pipeline;
+  s.fake.slow_queue_every = w.pipeline && w.seed % 2 == 1 ? 4 : 0;  // some continuations held back
   TestEngine te = make_engine(s);
   ASSERT_TRUE(te.engine);
 
@@ -52,7 +58,10 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
   int64_t n_copies_seen = 0;
   for (int step = 0; step < 3000; ++step) {
     // Arrivals: bursts early, a trickle later.
-    const int n_new = step < 200 ? static_cast<int>(rng() % 3) : 0;
+    // (Pipelined workloads: sparser arrivals, since a step is queued behind another only
+    // while nothing waits for admission.)
+    const int n_new = w.pipeline ? (step < 400 && rng() % 5 == 0 ? 1 : 0)
+                                 : step < 200 ? static_cast<int>(rng() % 3) : 0;
     for (int k = 0; k < n_new; ++k) {
       EngineRequest r;
       r.request_id = fmt::format("q{}", next_id++);
@@ -61,7 +70,7 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
       for (int i = 0; i < tail; ++i) r.prompt_token_ids.push_back(1 + static_cast<int32_t>(rng() % 63));
       r.params.max_tokens = 1 + static_cast<int>(rng() % 24);
       r.params.n = rng() % 4 == 0 ? 2 + static_cast<int>(rng() % 2) : 1;
-      if (rng() % 2) {
+      if (w.pipeline ? rng() % 8 != 0 : rng() % 2 != 0) {
         r.params.temperature = 0.0f;
       } else {
         r.params.temperature = 0.7f + 0.1f * static_cast<float>(rng() % 5);
@@ -80,7 +89,7 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
       const Status st = te.engine->scheduler().check_invariants();
       ASSERT_TRUE(st.is_ok()) << st.message();
     }
-    if (step >= 200 && !te.engine->has_work()) break;
+    if (step >= (w.pipeline ? 400 : 200) && !te.engine->has_work()) break;
     checked_step(te, res);
     if (HasFatalFailure()) return;
     n_copies_seen = te.fake->n_block_copies();
@@ -93,6 +102,10 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
   EXPECT_GT(n_copies_seen, 0);
   if (w.prefix_caching) {
     EXPECT_GT(st.prefix_cache_hits, 0);
+  }
+  if (w.pipeline) {
+    EXPECT_EQ(te.fake->max_queued(), 2) << "no step was ever queued behind another";
+    EXPECT_GT(te.fake->n_fed_steps(), te.fake->n_steps() / 10);
   }
 
   for (const auto& [id, r] : added) {
@@ -128,7 +141,10 @@ INSTANTIATE_TEST_SUITE_P(
                       WorkloadConfig{3, 26, 32, 5, 6, true, SchedulerPolicy::kPriority},
                       WorkloadConfig{4, 28, 12, 3, 16, false, SchedulerPolicy::kFcfs},
                       WorkloadConfig{5, 40, 64, 0, 16, true, SchedulerPolicy::kPriority},
-                      WorkloadConfig{6, 25, 5, 2, 4, true, SchedulerPolicy::kFcfs}),
+                      WorkloadConfig{6, 25, 5, 2, 4, true, SchedulerPolicy::kFcfs},
+                      WorkloadConfig{7, 24, 16, 0, 8, true, SchedulerPolicy::kFcfs, true},
+                      WorkloadConfig{8, 18, 64, 0, 16, true, SchedulerPolicy::kPriority, true},
+                      WorkloadConfig{9, 28, 12, 3, 16, false, SchedulerPolicy::kFcfs, true}),
     [](const ::testing::TestParamInfo<WorkloadConfig>& p) { return fmt::format("seed{}", p.param.seed); });
 
 }  // namespace
