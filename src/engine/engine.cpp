@@ -184,6 +184,7 @@ std::vector<RequestOutput> LlmEngine::step() {
         fail_step(std::move(*d), outputs);
         return outputs;
       }
+      ++counters_->num_steps;
       inflight_ = std::move(d);
     }
   }
@@ -367,7 +368,6 @@ void LlmEngine::step_pipelined(std::vector<RequestOutput>& outputs) {
     std::vector<int32_t> feed;
     std::optional<SchedulerOutput> c = scheduler_->schedule_continuation(*inflight_, feed);
     if (c) {
-      ++counters_->num_steps;
       if (!executor_->queues_quickly(c->batch)) {  // queue it once this step's tokens are out
         deferred_ = std::make_unique<SchedulerOutput>(std::move(*c));
         deferred_feed_ = std::move(feed);
@@ -377,6 +377,7 @@ void LlmEngine::step_pipelined(std::vector<RequestOutput>& outputs) {
     if (c) {
       const Status st = pipeline_->enqueue(c->batch, feed);
       if (st.is_ok()) {
+        ++counters_->num_steps;
         next = std::make_unique<SchedulerOutput>(std::move(*c));
       } else {
         last_error_ = st.with_context("model step");
@@ -399,6 +400,7 @@ void LlmEngine::step_pipelined(std::vector<RequestOutput>& outputs) {
     last_error_ = st.with_context("model step");
     EMBER_LOG_ERROR("{}", last_error_.message());
     fail_step(std::move(done), outputs);
+    deferred_.reset();  // (its tokens were to come from the failed step)
     if (inflight_) {  // drain the step queued behind it and fail it too
       (void)pipeline_->collect(ids);
       fail_step(std::move(*inflight_), outputs);

@@ -403,7 +403,7 @@ Status ModelRunner::enqueue_argmax(const ForwardBatch& batch, std::span<const in
     if (feed.size() != batch.token_ids.size())
       return Status::errorf("enqueue_argmax: {} feed entries for {} tokens", feed.size(), batch.token_ids.size());
     for (int32_t f : feed)
-      if (f >= last_queued_rows_)
+      if (f >= 0 && f >= last_queued_rows_)
         return Status::errorf("enqueue_argmax: feed row {} of a step with {} logit rows", f, last_queued_rows_);
   }
   feed_.assign(feed.begin(), feed.end());
