@@ -161,9 +161,9 @@ std::vector<RequestOutput> LlmEngine::step() {
   std::vector<RequestOutput> outputs = std::move(pending_outputs_);
   pending_outputs_.clear();
   // Queue the continuation held back from the last step, then go on as usual; unless requests
-  // arrived since: then it is dropped and the next schedule() admits them beside the decodes
-  // (the slots it allocated stay with their sequences, which need them next).
-  if (deferred_ && scheduler_->has_waiting()) deferred_.reset();
+  // that could be admitted arrived since: then it is dropped and the next schedule() admits
+  // them beside the decodes (the slots it allocated stay with their sequences, which need them).
+  if (deferred_ && scheduler_->can_admit_waiting()) deferred_.reset();
   if (deferred_) {
     std::unique_ptr<SchedulerOutput> d = std::move(deferred_);
     bool live = false;  // (rows of sequences gone since stay in the batch: the feed rows fit it)

@@ -84,10 +84,10 @@ class Scheduler {
 
   SchedulerOutput schedule();
   // The decode step that follows `prev` (a step whose tokens are not sampled yet), for an
-  // engine that queues it before prev's tokens come back. Possible when nothing waits for
-  // admission or a fork, every running sequence ran in prev and reaches the end of its known
-  // tokens there (one sample each, no fan-out), and free blocks cover every next slot without a
-  // preemption; otherwise nullopt, changing nothing. Each continuing sequence gets the slot of
+  // engine that queues it before prev's tokens come back. Possible when no waiting sequence
+  // could be admitted (can_admit_waiting), every running sequence ran in prev and reaches the
+  // end of its known tokens there (one sample each, no fan-out), and free blocks cover every
+  // next slot without a preemption; otherwise nullopt, changing nothing. Each continuing sequence gets the slot of
   // the position prev samples; its token in the batch is a placeholder: feed[i] is the logits
   // row of prev whose pick row i takes. Sequences prev's token ends by length are left out;
   // ones it ends on a stop token cannot be known and run one wasted row (update() of the
@@ -107,8 +107,10 @@ class Scheduler {
   std::vector<SeqUpdate> fail(const SchedulerOutput& out);
 
   bool has_work() const { return !requests_.empty(); }
-  // Sequences wait for admission (or for a fork).
-  bool has_waiting() const { return !waiting_.empty() || !fork_children_.empty(); }
+  // Whether the next schedule() could admit a waiting sequence (or fork one): some wait and a
+  // sequence slot is free (max_num_seqs). With every slot taken, schedule() runs only the
+  // running sequences, as a continuation does.
+  bool can_admit_waiting() const;
   const Request* find(SeqId seq) const;
   // Mutable access for the engine's sampler (random stream); nullptr if unknown.
   Request* find(SeqId seq);

@@ -164,10 +164,14 @@ void Scheduler::build_batch(SchedulerOutput& out) {
 
 namespace ember {
 
+bool Scheduler::can_admit_waiting() const {
+  return !fork_children_.empty() || (!waiting_.empty() && num_running_seqs() < config_.max_num_seqs);
+}
+
 std::optional<SchedulerOutput> Scheduler::schedule_continuation(const SchedulerOutput& prev,
                                                                 std::vector<int32_t>& feed) {
   feed.clear();
-  if (!waiting_.empty() || !fork_children_.empty() || prev.seqs.empty()) return std::nullopt;
+  if (can_admit_waiting() || prev.seqs.empty()) return std::nullopt;
   if (static_cast<int>(prev.seqs.size()) > config_.max_num_batched_tokens) return std::nullopt;
   // Every running sequence must be in prev (else it would wait a step for nothing), sampled
   // once there, and still be where prev left it.

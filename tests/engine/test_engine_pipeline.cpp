@@ -115,6 +115,35 @@ TEST_P(Pipelined, ExecutorFailureEndsTheQueuedStepsRequests) {
   expect_failure_ends_the_request(s, a);
 }
 
+// Requests queued for a sequence slot (max_num_seqs taken) do not stop the pipeline: the next
+// schedule() could not admit them either. Each is admitted when a slot frees.
+TEST_P(Pipelined, QueueWaitingForASlot) {
+  EngineSetup s = pipelined_setup(GetParam());
+  s.config.scheduler.max_num_seqs = 2;
+  TestEngine te = make_engine(s);
+  std::map<std::string, EngineRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    EngineRequest r = greedy_request("q" + std::to_string(i), {3 + i, 7, 1 + 2 * i, 9}, 10 + 3 * i);
+    r.params.ignore_eos = true;
+    ASSERT_TRUE(te.engine->add_request(r).is_ok());
+    reqs[r.request_id] = r;
+  }
+  int fed_while_waiting = 0;
+  Results res;
+  while (te.engine->has_work()) {
+    const int fed = te.fake->n_fed_steps();
+    const bool waiting = te.engine->stats().num_waiting > 0;
+    checked_step(te, res);
+    if (HasFatalFailure()) return;
+    fed_while_waiting += waiting && te.fake->n_fed_steps() > fed;
+  }
+  for (const auto& [id, r] : reqs)
+    EXPECT_EQ(res[id][0].tokens, reference_greedy(r.prompt_token_ids, *r.params.max_tokens, {}, 64, 256, true)) << id;
+  if (GetParam() != Mode::kForced) {
+    EXPECT_GT(fed_while_waiting, 10) << "no step was queued behind another while requests waited for a slot";
+  }
+}
+
 // Off: no step is ever queued behind another, whatever the executor offers.
 TEST(PipelinedOff, NeverQueuesTwoSteps) {
   EngineSetup s = pipelined_setup(Mode::kQueued);
