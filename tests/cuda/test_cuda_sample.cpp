@@ -28,9 +28,11 @@ TEST(CudaSample, ArgmaxRowsMatchesHostRule) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // Up to 64 rows of a large vocabulary take several blocks a row (slices; 100003 is not a
   // multiple of 4: the scalar loads); fewer than 9 rows repeat with every row case, which also
-  // checks that each launch leaves the slices' tickets ready for the next.
-  const std::pair<int64_t, int> shapes[] = {{128256, 300}, {128256, 1}, {128256, 3}, {100003, 2},
-                                            {50001, 64},   {1001, 40},  {7, 40}};
+  // checks that each launch leaves the slices' tickets ready for the next, whatever the row
+  // counts before it (3 rows of parts, then 1 row: a layout that moved with the row count put
+  // the 1-row launch's tickets among the 3-row launch's parts).
+  const std::pair<int64_t, int> shapes[] = {{128256, 300}, {128256, 3}, {128256, 1}, {100003, 2},
+                                            {50001, 64},   {100003, 1}, {1001, 40},  {7, 40}};
   for (const auto& [vocab, rows] : shapes) {
     for (int rep = 0; rep < (rows < 9 ? 9 : 1); ++rep) {
       std::mt19937 rng(static_cast<uint32_t>(vocab + rep));

@@ -357,7 +357,7 @@ Status CudaBackend::launch_argmax(const Tensor& logits) {
     return !(e && std::strcmp(e, "0") == 0);
   }();
   if (argmax_scratch_ == nullptr) {  // rows split over blocks (up to 64 rows): parts and zeroed tickets
-    const size_t bytes = argmax_scratch_bytes(64);
+    const size_t bytes = argmax_scratch_bytes();
     EMBER_CUDA_TRY(cudaMalloc(&argmax_scratch_, bytes));
     EMBER_CUDA_TRY(cudaMemsetAsync(argmax_scratch_, 0, bytes, stream_));
   }

@@ -11,6 +11,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int64_t kArgmaxMaxSlices = 128;
+constexpr int kArgmaxMaxSliceRows = 64;  // rows the scratch holds parts and tickets of
 
 // (v, i) beats (bv, bi): larger value, or the same value at a lower index. Entries that were
 // never set carry (-inf, INT_MAX), so they lose to any real candidate.
@@ -533,8 +534,10 @@ cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32
   return cudaGetLastError();
 }
 
-size_t argmax_scratch_bytes(int n_rows) {
-  return static_cast<size_t>(n_rows) * (kArgmaxMaxSlices * sizeof(ArgmaxPart) + sizeof(unsigned int));
+// Scratch layout, the same for every launch (the tickets must stay where the last launch left
+// them zeroed): parts [kArgmaxMaxSliceRows][kArgmaxMaxSlices], then the tickets.
+size_t argmax_scratch_bytes() {
+  return static_cast<size_t>(kArgmaxMaxSliceRows) * (kArgmaxMaxSlices * sizeof(ArgmaxPart) + sizeof(unsigned int));
 }
 
 cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, void* scratch,
@@ -546,7 +549,7 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_
   // of them that the grid has ~256 blocks; one 512-thread block a row past 64 rows or without
   // scratch.
   int slices = 1;
-  if (scratch != nullptr && n_rows <= 64) {
+  if (scratch != nullptr && n_rows <= kArgmaxMaxSliceRows) {
     const int64_t by_size = vocab / 2048;
     const int64_t want = 256 / n_rows;
     slices = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_size, want, kArgmaxMaxSlices})));
@@ -562,8 +565,9 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_
   const int64_t chunk = ((vocab + slices - 1) / slices + 3) / 4 * 4;
   slices = static_cast<int>((vocab + chunk - 1) / chunk);
   auto* part = static_cast<ArgmaxPart*>(scratch);
-  auto* count = reinterpret_cast<unsigned int*>(part + static_cast<int64_t>(n_rows) * kArgmaxMaxSlices);
-  // part is [n_rows][slices] for this launch's slice count (<= kArgmaxMaxSlices)
+  // (part is [n_rows][slices] for this launch's slice count; the tickets sit after the whole
+  // part region, where a launch with more rows or slices never writes parts)
+  auto* count = reinterpret_cast<unsigned int*>(part + int64_t{kArgmaxMaxSliceRows} * kArgmaxMaxSlices);
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n_rows));
   constexpr int kSliceThreads = 256;
   if (vec4)

@@ -13,10 +13,10 @@ namespace ember::cuda {
 // NaN never wins, the lowest index wins among equal values, -inf is never picked; a row with
 // no value above -inf gives 0. The host sampler's greedy pick on the same row is the same
 // (sample/sampler.cpp: NaN -> -inf, first maximum, fallback token 0).
-// scratch: argmax_scratch_bytes(n_rows) bytes whose counters start zeroed (cudaMemset once; every
+// scratch: argmax_scratch_bytes() bytes whose counters start zeroed (cudaMemset once; every
 // launch leaves them zeroed), for rows split over several blocks (at most 64 rows); nullptr
 // keeps one block a row. Launches sharing a scratch must not run concurrently.
-size_t argmax_scratch_bytes(int n_rows);
+size_t argmax_scratch_bytes();
 // tokens[i] = ids[feed[i]] where feed[i] >= 0, for i < n: a pipelined step's input tokens from
 // the picks of the step queued before it (ids: launch_argmax_rows's out), on the stream.
 cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32_t* ids, int n, cudaStream_t stream);
