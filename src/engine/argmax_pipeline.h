@@ -24,8 +24,6 @@ class ArgmaxPipeline {
   Status enqueue(const ForwardBatch& batch, std::span<const int32_t> feed);
   // The oldest queued step's ids (one per logit row).
   Status collect(std::vector<int32_t>& token_ids);
-  size_t queued() const { return queued_; }
-  bool native() const { return native_; }
 
  private:
   ModelExecutor& executor_;

@@ -166,22 +166,16 @@ std::vector<RequestOutput> LlmEngine::step() {
   if (deferred_ && scheduler_->can_admit_waiting()) deferred_.reset();
   if (deferred_) {
     std::unique_ptr<SchedulerOutput> d = std::move(deferred_);
-    bool live = false;  // (rows of sequences gone since stay in the batch: the feed rows fit it)
-    for (const ScheduledSeq& s : d->seqs) {
-      const Request* r = scheduler_->find(s.seq_id);
-      live = live || (r != nullptr && r->status == RequestStatus::kRunning &&
-                      r->num_computed_tokens == s.n_computed_before);
-    }
-    if (live) {
+    // (rows of sequences gone since stay in the batch: the feed rows fit it)
+    auto live = [&](const ScheduledSeq& s) { return scheduler_->still_scheduled(s); };
+    if (std::any_of(d->seqs.begin(), d->seqs.end(), live)) {
       Status st;
       {
         step_profile::Scope t("engine: enqueue (held back)");
         st = pipeline_->enqueue(d->batch, deferred_feed_);
       }
       if (!st.is_ok()) {
-        last_error_ = st.with_context("model step");
-        EMBER_LOG_ERROR("{}", last_error_.message());
-        fail_step(std::move(*d), outputs);
+        fail_step(st, *d, outputs);
         return outputs;
       }
       ++counters_->num_steps;
@@ -258,9 +252,7 @@ std::vector<RequestOutput> LlmEngine::step() {
       st = pipeline_->enqueue(so.batch, {});
     }
     if (!st.is_ok()) {
-      last_error_ = st.with_context("model step");
-      EMBER_LOG_ERROR("{}", last_error_.message());
-      emit(scheduler_->fail(so), outputs);
+      fail_step(st, so, outputs);
       return outputs;
     }
     inflight_ = std::make_unique<SchedulerOutput>(std::move(so));
@@ -294,9 +286,7 @@ std::vector<RequestOutput> LlmEngine::step() {
     }
   }
   if (!st.is_ok()) {
-    last_error_ = st.with_context("model step");
-    EMBER_LOG_ERROR("{}", last_error_.message());
-    emit(scheduler_->fail(so), outputs);
+    fail_step(st, so, outputs);
     return outputs;
   }
 
@@ -352,7 +342,9 @@ bool LlmEngine::continues_greedy(const SchedulerOutput& prev) const {
   return true;
 }
 
-void LlmEngine::fail_step(SchedulerOutput so, std::vector<RequestOutput>& outputs) {
+void LlmEngine::fail_step(const Status& st, const SchedulerOutput& so, std::vector<RequestOutput>& outputs) {
+  last_error_ = st.with_context("model step");
+  EMBER_LOG_ERROR("{}", last_error_.message());
   emit(scheduler_->fail(so), outputs);  // (sequences already gone are skipped)
 }
 
@@ -380,9 +372,7 @@ void LlmEngine::step_pipelined(std::vector<RequestOutput>& outputs) {
         ++counters_->num_steps;
         next = std::make_unique<SchedulerOutput>(std::move(*c));
       } else {
-        last_error_ = st.with_context("model step");
-        EMBER_LOG_ERROR("{}", last_error_.message());
-        fail_step(std::move(*c), outputs);
+        fail_step(st, *c, outputs);
       }
     }
   }
@@ -397,13 +387,11 @@ void LlmEngine::step_pipelined(std::vector<RequestOutput>& outputs) {
   if (st.is_ok() && ids.size() != done.batch.logit_rows.size())
     st = Status::errorf("the executor returned {} argmax ids, expected {}", ids.size(), done.batch.logit_rows.size());
   if (!st.is_ok()) {
-    last_error_ = st.with_context("model step");
-    EMBER_LOG_ERROR("{}", last_error_.message());
-    fail_step(std::move(done), outputs);
+    fail_step(st, done, outputs);
     deferred_.reset();  // (its tokens were to come from the failed step)
     if (inflight_) {  // drain the step queued behind it and fail it too
       (void)pipeline_->collect(ids);
-      fail_step(std::move(*inflight_), outputs);
+      emit(scheduler_->fail(*inflight_), outputs);
       inflight_.reset();
     }
     return;

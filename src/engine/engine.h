@@ -95,7 +95,8 @@ class LlmEngine {
   // one), then collect inflight_'s tokens and apply them.
   void step_pipelined(std::vector<RequestOutput>& outputs);
   bool continues_greedy(const SchedulerOutput& prev) const;
-  void fail_step(SchedulerOutput so, std::vector<RequestOutput>& outputs);
+  // A failed step: last_error_ from st, its sequences finished with kError.
+  void fail_step(const Status& st, const SchedulerOutput& so, std::vector<RequestOutput>& outputs);
 
   std::unique_ptr<ModelExecutor> executor_;
   EngineConfig config_;

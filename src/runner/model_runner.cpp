@@ -87,6 +87,11 @@ int width_bucket(int blocks) {
   return w;
 }
 
+// A decode graph's key: its sequences and its block-table width (width_bucket).
+uint64_t decode_graph_key(int n_seqs, int width) {
+  return (static_cast<uint64_t>(n_seqs) << 32) | static_cast<uint64_t>(width);
+}
+
 // The registered host arrays belong to one execute call only.
 struct ClearStepMetadata {
   CudaStep* c;
@@ -304,7 +309,7 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
     std::memcpy(padded_.block_tables.data() + static_cast<size_t>(s) * w,
                 batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks_per_seq,
                 sizeof(int32_t) * static_cast<size_t>(batch.max_blocks_per_seq));
-  const uint64_t key = (static_cast<uint64_t>(n) << 32) | static_cast<uint64_t>(w);
+  const uint64_t key = decode_graph_key(n, w);
 
   sync_activation_epoch();
   cuda_->set_step_metadata(step_arrays(padded_, feed_));
@@ -406,15 +411,10 @@ Status ModelRunner::enqueue_argmax(const ForwardBatch& batch, std::span<const in
       if (f >= 0 && f >= last_queued_rows_)
         return Status::errorf("enqueue_argmax: feed row {} of a step with {} logit rows", f, last_queued_rows_);
   }
+  ClearStepMetadata clear{cuda_};
   feed_.assign(feed.begin(), feed.end());
-  struct Reset {
-    ModelRunner* r;
-    ~Reset() {
-      r->feed_.clear();
-      r->cuda_->clear_step_metadata();
-    }
-  } reset{this};
   Result<Tensor> out = enqueue_cuda(batch, /*profile_sync=*/false);
+  feed_.clear();  // (queued: the upload copied it)
   if (!out.is_ok()) return out.status();
   const int64_t n = out->valid() ? out->n_rows() : 0;
   const int slot = next_slot_;
@@ -427,9 +427,7 @@ Status ModelRunner::enqueue_argmax(const ForwardBatch& batch, std::span<const in
 
 bool ModelRunner::queues_quickly(const ForwardBatch& batch) const {
   if (cuda_ == nullptr || !graphs_ || !is_decode_batch(batch)) return false;
-  const uint64_t key = (static_cast<uint64_t>(batch.n_seqs()) << 32) |
-                       static_cast<uint64_t>(width_bucket(batch.max_blocks_per_seq));
-  auto it = graph_state_.find(key);
+  auto it = graph_state_.find(decode_graph_key(batch.n_seqs(), width_bucket(batch.max_blocks_per_seq)));
   return it != graph_state_.end() && it->second.captured && model_->activation_epoch() == graph_epoch_;
 }
 

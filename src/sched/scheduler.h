@@ -96,6 +96,8 @@ class Scheduler {
   // `out` and `sampled` restricted to the sequences still running with the state `out` was
   // scheduled against (an abort or an earlier update may have finished some since).
   void without_finished(SchedulerOutput& out, std::vector<int32_t>& sampled) const;
+  // Whether s's sequence still runs with the state s was scheduled against.
+  bool still_scheduled(const ScheduledSeq& s) const;
   // Applies a step: sampled[i] is the token for out.samples[i]. Returns one update per sample,
   // in order. Finished sequences are freed and forgotten.
   std::vector<SeqUpdate> update(const SchedulerOutput& out, std::span<const int32_t> sampled);
@@ -129,7 +131,9 @@ class Scheduler {
   void order_waiting();
   void schedule_running(SchedulerOutput& out, int& budget);
   void schedule_waiting(SchedulerOutput& out, int& budget);
-  void build_batch(SchedulerOutput& out);
+  // pending: tokens at the end of each sequence whose ids are not known yet (a continuation's
+  // 1): their batch entries are placeholders (0) and they count as known for the samples.
+  void build_batch(SchedulerOutput& out, int pending = 0);
   void fork_children(SeqId parent);
   void check_stop(Request& r);
   void finish(Request& r, FinishReason reason, std::vector<SeqUpdate>& updates);

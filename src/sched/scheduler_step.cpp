@@ -124,7 +124,7 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, int& budget) {
   }
 }
 
-void Scheduler::build_batch(SchedulerOutput& out) {
+void Scheduler::build_batch(SchedulerOutput& out, int pending) {
   ForwardBatch& b = out.batch;
   const int bs = config_.block_size;
   int max_blocks = 0;
@@ -138,7 +138,7 @@ void Scheduler::build_batch(SchedulerOutput& out) {
     const int end = s.n_computed_before + s.n_new_tokens;
     EMBER_CHECK(static_cast<int>(table.size()) * bs >= end, "sequence {} lacks slots", s.seq_id);
     for (int pos = s.n_computed_before; pos < end; ++pos) {
-      b.token_ids.push_back(r.token_ids[static_cast<size_t>(pos)]);
+      b.token_ids.push_back(pos < r.num_tokens() ? r.token_ids[static_cast<size_t>(pos)] : 0);  // (0: pending)
       b.positions.push_back(pos);
       b.slot_mapping.push_back(table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
     }
@@ -148,7 +148,7 @@ void Scheduler::build_batch(SchedulerOutput& out) {
     b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(max_blocks) - table.size(), 0);
     // Logits only where the chunk reaches the end of the known tokens: mid-prompt chunks
     // have nothing to sample.
-    if (end != r.num_tokens()) continue;
+    if (end != r.num_tokens() + pending) continue;
     b.logit_rows.push_back(b.n_tokens() - 1);
     const int row = static_cast<int>(b.logit_rows.size()) - 1;
     out.samples.push_back({row, s.seq_id});
@@ -212,39 +212,21 @@ std::optional<SchedulerOutput> Scheduler::schedule_continuation(const SchedulerO
                 "sequence {}: the continuation's slot", seq);
     out.seqs.push_back({seq, 1, r.num_tokens(), false});
   }
-  // build_batch's layout for one token a sequence, whose id prev has yet to pick.
-  ForwardBatch& b = out.batch;
-  int max_blocks = 0;
-  for (const ScheduledSeq& s : out.seqs)
-    max_blocks = std::max(max_blocks, static_cast<int>(kv_.block_table(s.seq_id).size()));
-  b.max_blocks_per_seq = max_blocks;
-  b.query_start.push_back(0);
-  for (const ScheduledSeq& s : out.seqs) {
-    std::span<const int32_t> table = kv_.block_table(s.seq_id);
-    const int pos = s.n_computed_before;
-    b.token_ids.push_back(0);
-    feed.push_back(row_of.at(s.seq_id));
-    b.positions.push_back(pos);
-    b.slot_mapping.push_back(table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
-    b.query_start.push_back(b.n_tokens());
-    b.seq_lens.push_back(pos + 1);
-    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
-    b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(max_blocks) - table.size(), 0);
-    b.logit_rows.push_back(b.n_tokens() - 1);
-    out.samples.push_back({static_cast<int>(b.logit_rows.size()) - 1, s.seq_id});
-  }
+  build_batch(out, /*pending=*/1);
+  for (const SampleSlot& slot : out.samples) feed.push_back(row_of.at(slot.seq_id));  // (one token a sequence)
   return out;
+}
+
+bool Scheduler::still_scheduled(const ScheduledSeq& s) const {
+  const Request* r = find(s.seq_id);
+  return r != nullptr && r->status == RequestStatus::kRunning && r->num_computed_tokens == s.n_computed_before;
 }
 
 void Scheduler::without_finished(SchedulerOutput& out, std::vector<int32_t>& sampled) const {
   EMBER_CHECK(sampled.size() == out.samples.size());
-  auto live = [this](const ScheduledSeq& s) {
-    const Request* r = find(s.seq_id);
-    return r != nullptr && r->status == RequestStatus::kRunning && r->num_computed_tokens == s.n_computed_before;
-  };
   // A logits row is kept with the sequence that produced it (a fan-out's samples share it).
   std::unordered_map<SeqId, bool> keep;
-  for (const ScheduledSeq& s : out.seqs) keep[s.seq_id] = live(s);
+  for (const ScheduledSeq& s : out.seqs) keep[s.seq_id] = still_scheduled(s);
   std::unordered_map<int, bool> keep_row;
   for (const SampleSlot& slot : out.samples)
     if (auto it = keep.find(slot.seq_id); it != keep.end()) keep_row[slot.logits_row] = it->second;

@@ -423,14 +423,16 @@ TEST(CudaModel, PipelinedEngineEqualsSynchronous) {
   const std::string path = kFixtures + "/llama3/hf-bf16";
   auto run = [&](EngineConfig::Pipeline mode) {
     std::map<std::string, std::vector<int32_t>> out;
-    RunnerOptions o;
-    o.device = "cuda";
-    o.kv_dtype = DType::BF16;
-    auto loaded = ModelRunner::load(path, o);
+    RunnerOptions ro;
+    ro.device = "cuda";
+    ro.kv_dtype = DType::BF16;
+    auto loaded = ModelRunner::load(path, ro);
     EXPECT_TRUE(loaded.is_ok()) << loaded.message();
     if (!loaded.is_ok()) return out;
     std::unique_ptr<ModelRunner> r = std::move(loaded).value();
-    if (mode == EngineConfig::Pipeline::kAuto) EXPECT_TRUE(r->can_pipeline_argmax());
+    if (mode == EngineConfig::Pipeline::kAuto) {
+      EXPECT_TRUE(r->can_pipeline_argmax());
+    }
     const int vocab = r->vocab_size();
     EngineConfig ec;
     ec.n_blocks = 64;
