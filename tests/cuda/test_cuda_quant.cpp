@@ -680,7 +680,7 @@ TEST(CudaQuant, GemvKernelsEachMatchReference) {
       const auto ref = reference(xs, p.dec, nullptr, c.n, c.m, c.k, true, gemv_x(f));
       int ran_staged = 0;
       for (cuda::QGemvPath path : paths) {
-        if (path == cuda::QGemvPath::Staged && !cuda::qgemv_staged_fits_plain(qf, c.n, c.k)) continue;
+        if (path == cuda::QGemvPath::Staged && !cuda::qgemv_staged_takes(qf, false, false, c.n, c.k)) continue;
         ran_staged += path == cuda::QGemvPath::Staged;
         auto out = dev_tensor(DType::F32, {c.n, c.m});
         cuda::QGemvSeg seg;
@@ -694,8 +694,127 @@ TEST(CudaQuant, GemvKernelsEachMatchReference) {
         EXPECT_LE(rel(download_floats(out.t), ref), 1e-4)
             << f << " path " << static_cast<int>(path) << " m " << c.m << " k " << c.k << " n " << c.n;
       }
-      const bool staged = c.k != 10000 && (c.n < 8 || c.k != 4104 || qf == cuda::QFormat::Int4);
+      // (With clusters, sm_90a, the staged kernel takes every case: x split over the blocks.)
+      const bool staged = cuda::qgemv_clusters_allowed() ||
+                          (c.k != 10000 && (c.n < 8 || c.k != 4104 || qf == cuda::QFormat::Int4));
       EXPECT_EQ(ran_staged, staged ? 1 : 0) << "staged kernel coverage, " << f << " k " << c.k << " n " << c.n;
+    }
+  }
+}
+
+// The staged GEMV with each tile's units split over a cluster of 2, 4 or 8 blocks (each staging
+// its slice of x; the owner adds the blocks' sums in rank order), forced at sizes whose slices
+// are uneven (the last rank's shorter), a persistent loop (more tiles than resident clusters),
+// two segments (one with bias, one accumulating into a random output), gate/up + GLU, and a
+// folded norm, whose normalized rows the first cluster's blocks write slice by slice: against
+// the double reference, and bit-equal between two runs (the cluster sums do not depend on
+// timing). Outputs are poisoned with NaN first.
+TEST(CudaQuant, GemvClusterSplitMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::qgemv_clusters_allowed())
+    GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU, EMBER_CUDA_QGEMV_CLUSTER not 0";
+  struct Case {
+    int64_t m, k;
+    int n;
+  };
+  const Case cases[] = {{301, 1032, 8}, {4100, 4104, 5}, {1000, 10000, 8}, {77, 520, 3}, {2000, 1160, 2}};
+  uint32_t seed = 900;
+  const float nan = std::nanf("");
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    for (const Case& c : cases) {
+      const int64_t m2 = 72;  // second segment's rows
+      Packed p = make_packed(f, c.m, c.k, seed++), p2 = make_packed(f, m2, c.k, seed++);
+      Packed up = make_packed(f, c.m, c.k, seed++);
+      const auto xs = random_floats(static_cast<size_t>(c.n * c.k), seed++, -2.0f, 1.5f);
+      const auto bias = random_floats(static_cast<size_t>(c.m), seed++);
+      const auto acc0 = random_floats(static_cast<size_t>(c.n * m2), seed++);
+      const auto nw = random_floats(static_cast<size_t>(c.k), seed++, 0.5f, 1.5f);
+      auto x = dev_floats(xs, {c.n, c.k});
+      auto bias_d = dev_floats(bias, {c.m});
+      auto nw_d = dev_floats(nw, {c.k});
+      const DType xt = gemv_x(f);
+      // Host references: x @ w^T + bias; acc0 + x @ w2^T; act(x @ g^T) * (x @ u^T); and the
+      // same first product of rms_norm(x) * nw.
+      auto ref = reference(xs, p.dec, bias.data(), c.n, c.m, c.k, true, xt);
+      auto ref2 = reference(xs, p2.dec, nullptr, c.n, m2, c.k, true, xt);
+      for (size_t i = 0; i < ref2.size(); ++i) ref2[i] += acc0[i];
+      const auto rg = reference(xs, p.dec, nullptr, c.n, c.m, c.k, true, xt);
+      const auto ru = reference(xs, up.dec, nullptr, c.n, c.m, c.k, true, xt);
+      std::vector<double> rglu(rg.size());
+      for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+      std::vector<float> xn(xs.size());
+      for (int j = 0; j < c.n; ++j) {
+        double ss = 0;
+        for (int64_t i = 0; i < c.k; ++i) ss += double(xs[j * c.k + i]) * xs[j * c.k + i];
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + 1e-5);
+        for (int64_t i = 0; i < c.k; ++i) xn[j * c.k + i] = static_cast<float>(xs[j * c.k + i] * inv * nw[i]);
+      }
+      const auto refn = reference(xn, p.dec, nullptr, c.n, c.m, c.k, true, xt);
+      int plain_runs = 0, glu_runs = 0;  // cluster sizes taken
+      for (int cl : {2, 4, 8}) {
+        // (Sizes whose ranks would go without units, or whose slice of x does not fit, are
+        // refused: launch_qgemv_* return an error for them.)
+        if (!cuda::qgemv_staged_cluster_fits(qf, false, c.n, c.k, cl)) continue;
+        ++plain_runs;
+        const std::string where = std::string(f) + " m " + std::to_string(c.m) + " k " + std::to_string(c.k) +
+                                  " n " + std::to_string(c.n) + " cluster " + std::to_string(cl);
+        // Plain, two segments; run twice for the bit-equality.
+        std::vector<float> first;
+        for (int run = 0; run < 2; ++run) {
+          auto out = dev_floats(std::vector<float>(static_cast<size_t>(c.n * c.m), nan), {c.n, c.m});
+          auto out2 = dev_floats(acc0, {c.n, m2});
+          cuda::QGemvSeg segs[2];
+          segs[0].w = p.t.data, segs[0].bias = static_cast<const float*>(bias_d.t.data);
+          segs[0].out = static_cast<float*>(out.t.data), segs[0].m = c.m;
+          segs[1].w = p2.t.data, segs[1].out = static_cast<float*>(out2.t.data), segs[1].m = m2;
+          segs[1].accumulate = true;
+          ASSERT_EQ(cuda::launch_qgemv_multi(qf, segs, 2, static_cast<const float*>(x.t.data), c.n, c.k, false,
+                                             nullptr, cuda::QGemvPath::Staged, nullptr, cl),
+                    cudaSuccess)
+              << where;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+          const auto got = download_floats(out.t);
+          EXPECT_LE(rel(got, ref), 1e-4) << where;
+          EXPECT_LE(rel(download_floats(out2.t), ref2), 1e-4) << where << " (accumulate)";
+          if (run == 0) first = got;
+          else EXPECT_EQ(got, first) << where << " (two runs)";
+        }
+        // Gate / up + GLU, the up product kept.
+        if (!cuda::qgemv_staged_cluster_fits(qf, true, c.n, c.k, cl)) continue;
+        ++glu_runs;
+        auto og = dev_floats(std::vector<float>(static_cast<size_t>(c.n * c.m), nan), {c.n, c.m});
+        auto ou = dev_floats(std::vector<float>(static_cast<size_t>(c.n * c.m), nan), {c.n, c.m});
+        ASSERT_EQ(cuda::launch_qgemv_glu(qf, p.t.data, up.t.data, static_cast<const float*>(x.t.data), c.n, c.m, c.k,
+                                         false, static_cast<float*>(og.t.data), nullptr,
+                                         static_cast<float*>(ou.t.data), false, nullptr, cuda::QGemvPath::Staged,
+                                         nullptr, cl),
+                  cudaSuccess)
+            << where;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+        EXPECT_LE(rel(download_floats(og.t), rglu), 1e-3) << where << " (glu)";
+        EXPECT_LE(rel(download_floats(ou.t), ru), 1e-4) << where << " (up)";
+        // The norm folded in (where the kernel takes it), and the normalized rows it writes.
+        if (!cuda::qgemv_staged_fits(qf, c.n, c.k)) continue;  // (qgemv_takes_norm)
+        auto on = dev_floats(std::vector<float>(static_cast<size_t>(c.n * c.m), nan), {c.n, c.m});
+        auto xo = dev_floats(std::vector<float>(xs.size(), nan), {c.n, c.k});
+        cuda::XNorm nm;
+        nm.w = nw_d.t.data;
+        nm.eps = 1e-5f;
+        nm.out = static_cast<float*>(xo.t.data);
+        cuda::QGemvSeg seg;
+        seg.w = p.t.data, seg.out = static_cast<float*>(on.t.data), seg.m = c.m;
+        ASSERT_EQ(cuda::launch_qgemv_multi(qf, &seg, 1, static_cast<const float*>(x.t.data), c.n, c.k, false, nullptr,
+                                           cuda::QGemvPath::Staged, &nm, cl),
+                  cudaSuccess)
+            << where;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+        EXPECT_LE(rel(download_floats(on.t), refn), 1e-3) << where << " (norm)";
+        std::vector<double> xnd(xn.begin(), xn.end());
+        EXPECT_LE(rel(download_floats(xo.t), xnd), 1e-5) << where << " (normalized rows)";
+      }
+      EXPECT_GE(plain_runs, 1) << f << " m " << c.m << " k " << c.k << " n " << c.n << ": no cluster size taken";
+      EXPECT_GE(glu_runs, 1) << f << " m " << c.m << " k " << c.k << " n " << c.n << ": no GLU cluster size taken";
     }
   }
 }

@@ -420,7 +420,9 @@ int decode_blocks_per_sm(const PagedAttnArgs& a, int stages) {
 // short contexts: batch-1 decode) may split down to one tile per split: its time is the
 // latency of one block's walk over its keys, which more splits shorten; but for a few blocks
 // over at most kShortDecodeTiles tiles one unsplit pass beats any split, whose merge is a
-// second launch (batch 1, 512-key bound: 212 tok/s unsplit vs 208 with 8 splits, 199 with 2).
+// second launch (batch 1, 512-key bound: 212 tok/s unsplit vs 208 with 8 splits, 199 with 2;
+// 8 x 128/256 at concurrency 8, 64 blocks, session 22 call 2: int4 1,642-1,658 output tok/s
+// split -> 1,820 unsplit, fp8 1,559-1,572 -> 1,700, the rope fused again).
 void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_tiles, int* splits,
                     int* split_len) {
   const int group = a.n_heads / a.n_kv_heads;

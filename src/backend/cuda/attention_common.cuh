@@ -26,7 +26,7 @@ constexpr int kLongFp8DecodeStages = 6;     // 2 blocks of 96 KiB (see decode_st
 constexpr int kDefaultPrefillWarps = 8;
 constexpr int kDefaultPrefillStages = 2;
 constexpr int kShortDecodeTiles = 8;  // fill_gpu: key ranges this short run unsplit ...
-constexpr int kFewDecodeBlocks = 32;  // ... in launches of this few (sequence, kv head) blocks
+constexpr int kFewDecodeBlocks = 64;  // ... in launches of this few (sequence, kv head) blocks
 
 struct Launch {
   PagedAttnArgs a;

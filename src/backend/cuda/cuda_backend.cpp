@@ -819,18 +819,18 @@ void CudaBackend::packed_gemm(const Tensor& x, const Tensor& w, const float* bia
                                    stage_x));
 }
 
-// int4 weights and 6-8 rows whose BF16 x fits beside neither ring of the staged GEMV, so that
-// its direct kernel would run (the 4096 x 14336 down projection): the packed GEMM is faster
-// there (H200, session 16: 8 rows 37.7 -> 26.1 us; 4 rows level, 22.4 / 22.9, so it starts at
-// 6; 8 x 128/256 at concurrency 8 1,527-1,530 -> 1,604-1,683 output tok/s). Not int8: there the
+// int4 weights and 6-8 rows that the staged GEMV takes only over a cluster or not at all (the
+// 4096 x 14336 down projection): the packed GEMM is faster there (H200, session 16: 8 rows 37.7
+// -> 26.1 us against the direct kernel; 4 rows level, 22.4 / 22.9, so it starts at 6; 8 x
+// 128/256 at concurrency 8 1,527-1,530 -> 1,604-1,683 output tok/s; session 22: the cluster
+// split 27.9 us, the GEMM ~26.7 with its x staging in the step). Not int8: there the
 // same switch lost 6% end to end (1,475-1,506 -> 1,388-1,410) though the kernel alone gained
 // (34.4 -> 31.1 us).
 bool CudaBackend::gemm_over_direct_gemv(const Tensor& x, const Tensor& w) const {
   if (!x.valid() || x.dtype != DType::F32 || !packed_gemm_takes(x, w) || w.dtype != DType::Q4_0) return false;
   const int rows = static_cast<int>(x.n_rows());
   const int64_t k = x.n_cols();
-  return rows >= 6 && rows <= kQGemvMaxBatch && !qgemv_staged_fits(QFormat::Int4, rows, k) &&
-         !qgemv_staged_fits_plain(QFormat::Int4, rows, k);
+  return rows >= 6 && rows <= kQGemvMaxBatch && qgemv_staged_cluster(QFormat::Int4, false, false, rows, k) != 1;
 }
 
 // Packed weights, batches past the GEMV, other than FP8 through cuBLASLt's FP8 GEMM (fp8_large,

@@ -301,21 +301,21 @@ const void* scales_of(QFormat f, const void* w, int64_t m, int64_t k) {
   return static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
 }
 
-// Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or x does not
-// fit (plain: no GLU, no norm folded, which may take the 4-unit ring).
-bool use_staged(QGemvPath path, QFormat f, int n, int64_t k, bool plain = false) {
+// Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or it does not
+// take the problem (qgemv_staged_takes).
+bool use_staged(QGemvPath path, QFormat f, int n, int64_t k, bool glu, bool norm) {
   static const bool env_direct = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV");
     return e != nullptr && std::strcmp(e, "direct") == 0;
   }();
   if (path == QGemvPath::Direct || (path == QGemvPath::Auto && env_direct)) return false;
-  return path == QGemvPath::Staged || (plain ? qgemv_staged_fits_plain(f, n, k) : qgemv_staged_fits(f, n, k));
+  return path == QGemvPath::Staged || qgemv_staged_takes(f, glu, norm, n, k);
 }
 
 }  // namespace
 
 bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* norm, QGemvPath path) {
-  return qgemv_supported(n, k, x) && use_staged(path, f, n, k) && qgemv_staged_fits(f, n, k) &&
+  return qgemv_supported(n, k, x) && use_staged(path, f, n, k, false, true) && qgemv_staged_fits(f, n, k) &&
          xnorm_supported(n, k, x, norm->out, norm->w, norm->w_bf16);
 }
 
@@ -324,7 +324,8 @@ bool qgemv_supported(int n, int64_t k, const void* x) {
 }
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
-                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
+                               int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
+                               int cluster) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   QArgs A = base_args(f, x, n, k);
@@ -345,13 +346,15 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   A.n_segs = used;
   A.n_tiles = tiles;
   if (norm) A.norm = *norm;
-  if (use_staged(path, f, n, k, /*plain=*/!(norm && norm->w))) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
+  A.cluster = cluster;
+  if (use_staged(path, f, n, k, false, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
   return launch<1>(f, A, pdl, stream);
 }
 
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
-                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm) {
+                             float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
+                             int cluster) {
   if (m == 0) return cudaSuccess;
   if (!qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
@@ -368,7 +371,8 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
   A.up_out = up_out;
   A.gelu = gelu_tanh;
   if (norm) A.norm = *norm;
-  if (use_staged(path, f, n, k)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
+  A.cluster = cluster;
+  if (use_staged(path, f, n, k, true, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
   return launch<2>(f, A, pdl, stream);
 }
 

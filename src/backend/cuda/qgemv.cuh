@@ -122,14 +122,15 @@ bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* n
 // norm (null or norm->w null: none): the matrices multiply rms_norm(x) (qgemv_takes_norm).
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
-                               const XNorm* norm = nullptr);
+                               const XNorm* norm = nullptr, int cluster = 0);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                              float* up_out, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
-                             const XNorm* norm = nullptr);
+                             const XNorm* norm = nullptr, int cluster = 0);
 
+// (cluster: QGemvProblem::cluster.)
 // One GEMV launch as the two launchers above set it up for either kernel (kernel argument).
 struct QGemvProblem {
   const uint8_t* w[kQGemvMaxSegs] = {};  // GLU: w[0] gate, w[1] up (tiles over the gate only)
@@ -151,12 +152,25 @@ struct QGemvProblem {
   float* gate_out = nullptr;
   float* up_out = nullptr;
   bool gelu = false;
+  int cluster = 0;  // staged kernel: 0 its plan; 1 no cluster split; 2, 4, 8 that one (tests)
 };
 
 // The staged kernel (qgemv_staged.cu), reached through the two launchers above.
 bool qgemv_staged_fits(QFormat f, int n, int64_t k);  // n rows of BF16 x fit beside its 8-unit ring
 // ... or, for a plain int4 GEMV (no GLU, no norm folded), beside its 4-unit ring at two blocks an SM.
 bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k);
+// Whether the staged kernel takes a GEMV (glu: gate/up + GLU; norm: a norm folded in), with a
+// cluster of blocks splitting k where otherwise only the direct kernel would (sm_90a;
+// EMBER_CUDA_QGEMV_CLUSTER=0 keeps the plans without it); and that cluster's size (1: none; 0:
+// the staged kernel does not take it).
+bool qgemv_staged_takes(QFormat f, bool glu, bool norm, int n, int64_t k);
+int qgemv_staged_cluster(QFormat f, bool glu, bool norm, int n, int64_t k);
+// Whether this GPU and the environment allow the cluster split at all (sm_90a, and
+// EMBER_CUDA_QGEMV_CLUSTER not 0).
+bool qgemv_clusters_allowed();
+// Whether a forced cluster of that size (QGemvProblem::cluster 2, 4, 8) takes the GEMV: every
+// rank gets units of its own and its slice of x fits beside the 8-unit ring (tests).
+bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluster);
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -19,6 +19,9 @@
 //   - the grid is persistent (at most the resident blocks; a block loops over tiles with
 //     stride gridDim.x), so x is staged once per block, and the loads of the next tile's
 //     first units are issued before the current tile's reduction.
+//   - where all of x does not fit beside the ring at two blocks an SM (2-8 rows), the blocks of
+//     a cluster split each tile's units: each stages only its slice of x, and the tile's owner
+//     (a rank by turns) adds the blocks' sums through distributed shared memory.
 //   - int4: (w >> 4p) & 0x000f000f | 0x43004300 is BF16 128 + nibble = 136 + q; no subtraction
 //     per element: the mma sums (136 + q) x and the epilogue of each unit takes 136 * (sum of
 //     the unit's BF16 x), computed while staging, off before applying the group scale.
@@ -35,6 +38,9 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/norm_stage.cuh"
 #include "backend/cuda/qgemv.cuh"
+#include "backend/cuda/qgemm_common.cuh"
+
+#include <cooperative_groups.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -47,11 +53,11 @@ namespace {
 
 constexpr int kWarps = 8;
 // Units in flight per warp (R): 8, or 4 for a plain int4 GEMV whose x is too large for the
-// 8-unit ring (8 rows at k 4096), where the 4-unit ring still gives two blocks an SM
-// (ring_units). Each unit is 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream, copied
-// by cp.async into a ring of lane-private shared-memory slots, and for int4 the unit's 16 group
-// scales of the tile (32 bytes a stream, copied by lanes 0 and 1, read by all after a
-// __syncwarp): R = 8 takes 64 KiB a block, int4 66 KiB. Stages: ring slots of S streams each.
+// 8-unit ring where the 4-unit ring still gives two blocks an SM (plan_staged). Each unit is
+// 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream, copied by cp.async into a ring of
+// lane-private shared-memory slots, and for int4 the unit's 16 group scales of the tile (32
+// bytes a stream, copied by lanes 0 and 1, read by all after a __syncwarp): R = 8 takes 64 KiB
+// a block, int4 66 KiB. Stages: ring slots of S streams each.
 template <int S, int R>
 constexpr int stages() { return R / S; }
 constexpr int kScaleBytes = 32;  // int4: one unit's scales of a 16-row tile
@@ -62,36 +68,101 @@ constexpr size_t ring_bytes(QFormat f, int r) { return size_t{kWarps} * r * unit
 constexpr int kZeroBytes = 256;  // zero B fragments for batch rows >= n
 // Dynamic shared memory the 8-unit ring may take (one block an SM at the top of the range).
 constexpr size_t max_smem(QFormat f) { return ring_bytes(f, 8) + 64 * 1024; }
-// The plain kernel's static shared memory (reduction buffers `red`, the norm's sums in stage_x),
-// and the dynamic shared memory under which two of its blocks fit an H100 / H200 SM (228 KiB,
-// 1 KiB reserved a block).
-constexpr size_t kPlainStaticSmem = size_t{2} * kWarps * 32 * 16 + (kXNormMaxRows * 32 + kXNormMaxRows) * 4;
-constexpr size_t kPlainTwoBlockSmem = (228 * 1024) / 2 - 1024 - kPlainStaticSmem;
+constexpr int kMaxCluster = 8;  // blocks of a cluster that split a tile's units (k)
+// The kernel's static shared memory for S streams (reduction buffers `red`, the norm's sums in
+// stage_x), and the dynamic shared memory under which two of its blocks fit an H100 / H200 SM
+// (228 KiB, 1 KiB reserved a block).
+constexpr size_t static_smem(int S) {
+  return size_t{2} * kWarps * 32 * 16 * S + (kXNormMaxRows * 32 + kXNormMaxRows) * 4;
+}
+constexpr size_t two_block_smem(int S) { return (228 * 1024) / 2 - 1024 - static_smem(S); }
+constexpr size_t kPlainTwoBlockSmem = two_block_smem(1);
+// A cluster block's sums of its tile (summed over its warps), [2][128][S] floats, double
+// buffered: read by the tile's owner block through distributed shared memory.
+constexpr size_t csum_bytes(int S) { return size_t{2} * 128 * 4 * S; }
 
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
   int x_stride = 0;  // bytes of one staged x row
   bool warp_stage = true;  // stage_x_warp (EMBER_CUDA_QGEMV_WARP_STAGE=0: stage_x, A/B runs)
+  // Blocks of a cluster (1, 2, 4, 8) that share each tile: block rank r takes the tile's units
+  // [r * units_local, (r + 1) * units_local) and stages only that slice of x; the cluster's
+  // sums meet in distributed shared memory (csum_bytes after the int4 x sums).
+  int cluster = 1;
+  int units_local = 0;
 };
 
-int staged_x_stride(QFormat f, int64_t k) {
-  return static_cast<int>(qweight_k_pad(f, k) * 2 + 64);  // +64: rows g, g + 1 on other banks
+int units_of(QFormat f, int64_t k) { return static_cast<int>(qweight_k_pad(f, k) / qformat_unit(f)); }
+int units_per_rank(QFormat f, int64_t k, int c) { return (units_of(f, k) + c - 1) / c; }
+int staged_x_stride(QFormat f, int units) {
+  return static_cast<int>(units * qformat_unit(f) * 2 + 64);  // +64: rows g, g + 1 on other banks
 }
-size_t staged_smem(QFormat f, int r, int n, int64_t k) {  // the ring, then x (see stage_x)
-  const size_t units = static_cast<size_t>(qweight_k_pad(f, k) / qformat_unit(f));
-  return ring_bytes(f, r) + static_cast<size_t>(n) * staged_x_stride(f, k) + kZeroBytes +
-         (f == QFormat::Int4 ? units * 8 * 4 : 0);
+// The ring, then x (see stage_x), the zero block, int4's x sums, and a cluster's sums.
+size_t staged_smem(QFormat f, int r, int n, int64_t k, int c = 1, int S = 1) {
+  const int units = units_per_rank(f, k, c);
+  return ring_bytes(f, r) + static_cast<size_t>(n) * staged_x_stride(f, units) + kZeroBytes +
+         (f == QFormat::Int4 ? static_cast<size_t>(units) * 8 * 4 : 0) + (c > 1 ? csum_bytes(S) : 0);
 }
-// Ring units a warp: 8 when x fits beside the 8-unit ring; for a plain int4 GEMV (not GLU, no
-// norm folded) 4 when x fits beside that one with two blocks an SM; else 0 (direct kernel).
-// Batches of 8 rows at k 4096 (q/k/v, o, lm_head) take the 4-unit ring for int4, whose direct
-// kernel runs at 550-800 GB/s there: 8 x 128/256 decode +7-13% end to end (H200, session 11).
-// Not fp8 / int8: their direct kernel is faster at 8 rows, and the same change lost 4% end to
-// end; not with the norm folded: every block would read all of x twice (fp8 lost 16% with it).
-int ring_units(QFormat f, bool plain, int n, int64_t k) {
-  if (n < 1 || n > kQGemvMaxBatch) return 0;
-  if (staged_smem(f, 8, n, k) <= max_smem(f)) return 8;
-  return plain && f == QFormat::Int4 && staged_smem(f, 4, n, k) <= kPlainTwoBlockSmem ? 4 : 0;
+
+// Whether this GPU runs the cluster split (sm_90a; cached per device) and
+// EMBER_CUDA_QGEMV_CLUSTER is not 0.
+bool clusters_allowed() {
+  static const bool env_off = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_CLUSTER");
+    return e != nullptr && std::strcmp(e, "0") == 0;
+  }();
+  if (env_off) return false;
+  static std::mutex mu;
+  static int known[64] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (known[dev] == 0) known[dev] = sm90a_kernels_run_on(dev) ? 1 : 2;
+  return known[dev] == 1;
+}
+
+struct StagedPlan {
+  int ring = 0;     // units a warp's ring holds (8 or 4); 0: the staged kernel does not take it
+  int cluster = 1;  // blocks that split each tile's units
+};
+
+// Where a problem fits (glu: gate/up + GLU; plain: no GLU and no norm folded), first match:
+//  1. the 8-unit ring and all of x at two blocks an SM (every batch-1 GEMV of Llama-3-8B);
+//  2. the 8-unit ring at one block an SM, or for a plain int4 GEMV the 4-unit ring at two;
+//  3. where those leave only the direct kernel (k 14336 from 3-4 rows, k 4096 at 8 rows for
+//     fp8 / int8), the 8-unit ring over a cluster of 2, 4 or 8 blocks that split k, each
+//     staging its slice of x, at two blocks an SM. Not fp8 / int8 gate/up + GLU, where the
+//     direct kernel was faster.
+// H200, us at 8 rows, direct | cluster (session 23 call 1, EMBER_CUDA_QGEMV_CLUSTER=0 | 1 in
+// one binary): int4 gate/up + GLU 54.3 | 40.8, down 37.9 | 27.8 (3 rows 19.4 | 18.6; at 6-8
+// rows the packed GEMM takes it: gemm_over_direct_gemv); fp8 q/o 13.4 | 10.0, q/k/v 14.3 |
+// 13.2, down 37.4 | 29.4 (3 rows 33.2 | 23.8), lm_head 245 | 201; int8 q/o 12.3 | 9.6, down
+// 34.6 | 29.5 (3 rows 29.0 | 24.7), lm_head 224 | 204. Left out (session 22 call 2): int4's
+// 4-unit ring over a cluster (lm_head 86.5 | 167.5, q/k/v 10.8 | 12.3), fp8 / int8 gate/up +
+// GLU (direct 43.0 | 48.6).
+// force_cluster: 0 the above (no cluster without sm_90a or with EMBER_CUDA_QGEMV_CLUSTER=0);
+// 1 never a cluster; 2, 4, 8 that cluster wherever its slice fits the 8-unit ring (tests).
+StagedPlan plan_staged(QFormat f, bool glu, bool plain, int n, int64_t k, int force_cluster = 0) {
+  if (n < 1 || n > kQGemvMaxBatch) return {};
+  const int S = glu ? 2 : 1;
+  const int units = units_of(f, k);
+  auto covers = [&](int c) { return c <= units && qgemm_detail::cut_covers(units, units_per_rank(f, k, c), c); };
+  if (force_cluster > 1) {
+    if (clusters_allowed() && force_cluster <= kMaxCluster && covers(force_cluster) &&
+        staged_smem(f, 8, n, k, force_cluster, S) <= max_smem(f))
+      return {8, force_cluster};
+    return {};
+  }
+  if (staged_smem(f, 8, n, k) <= max_smem(f)) return {8, 1};
+  // Batches of 8 rows at k 4096 (q/k/v, o, lm_head) take this ring for int4: its direct kernel
+  // runs at 550-800 GB/s there (8 x 128/256 decode +7-13% end to end, H200, session 11). Not
+  // fp8 / int8 (their direct kernel was faster at 8 rows), not with the norm folded (every block
+  // would read all of x twice: fp8 lost 16%).
+  if (plain && f == QFormat::Int4 && staged_smem(f, 4, n, k) <= kPlainTwoBlockSmem) return {4, 1};
+  if (force_cluster == 0 && clusters_allowed() && !(glu && f != QFormat::Int4))
+    for (int c = 2; c <= kMaxCluster; c *= 2)
+      if (covers(c) && staged_smem(f, 8, n, k, c, S) <= two_block_smem(S)) return {8, c};
+  return {};
 }
 
 // 16 bytes global -> shared (L2 only), one group per ring slot.
@@ -170,9 +241,25 @@ __device__ __forceinline__ Seg seg_of(const SArgs& A, int tile) {
   return s;
 }
 
-// (pointing at this warp's first unit, lane t's 16 bytes)
+// The output element an epilogue thread (threadIdx.x < 128) finishes in a tile: its segment,
+// row and batch column, and whether it lies inside both.
+struct TileOut {
+  Seg sg;
+  int64_t row;
+  int col;
+  bool inside;
+};
+template <bool kGlu>
+__device__ __forceinline__ TileOut tile_out(const SArgs& A, int tile, int64_t red_row, int red_col) {
+  const Seg sg = seg_of<kGlu>(A, tile);
+  const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
+  return TileOut{sg, row, red_col, row < sg.m && red_col < A.n};
+}
+
+// (pointing at this warp's first unit of the block's slice, which starts at unit u_off; lane t's
+// 16 bytes)
 template <int S>
-__device__ __forceinline__ void tile_ptrs(const SArgs& A, int tile, int g, int t, int warp, TilePtrs<S>& p) {
+__device__ __forceinline__ void tile_ptrs(const SArgs& A, int tile, int g, int t, int warp, int u_off, TilePtrs<S>& p) {
   const Seg sg = seg_of<S == 2>(A, tile);
   const int64_t row0 = static_cast<int64_t>(tile - sg.t0) * 16;
   const int64_t r_lo = min(row0 + g, sg.m - 1), r_hi = min(row0 + g + 8, sg.m - 1);
@@ -180,10 +267,10 @@ __device__ __forceinline__ void tile_ptrs(const SArgs& A, int tile, int g, int t
   for (int s = 0; s < S; ++s) {
     const uint8_t* w = s == 0 ? sg.w : A.w[1];
     const void* sc = s == 0 ? sg.sc : A.scales[1];
-    p.lo[s] = w + r_lo * A.row_bytes + warp * 64 + t * 16;
-    p.hi[s] = w + r_hi * A.row_bytes + warp * 64 + t * 16;
+    p.lo[s] = w + r_lo * A.row_bytes + (u_off + warp) * 64 + t * 16;
+    p.hi[s] = w + r_hi * A.row_bytes + (u_off + warp) * 64 + t * 16;
     p.sc[s] = static_cast<const uint8_t*>(sc) +
-              2 * qweight_int4_scale_index(A.n_units, row0, warp) + (g == 0 && t < 2 ? t * 16 : 0);
+              2 * qweight_int4_scale_index(A.n_units, row0, u_off + warp) + (g == 0 && t < 2 ? t * 16 : 0);
   }
 }
 
@@ -241,12 +328,13 @@ __device__ __forceinline__ void store_chunk(const SArgs& A, uint8_t* smem, float
 }
 
 // rms_norm of one chunk of row `row` at k0 (v0, v1: x; w0, w1: the norm's weights there; s_inv:
-// the rows' inverse RMS); block 0 also writes it to A.norm.out as F32.
+// the rows' inverse RMS); the first tile's blocks (block 0, or each rank of the first cluster for
+// its slice) also write it to A.norm.out as F32.
 __device__ __forceinline__ void norm_chunk(const SArgs& A, const float* s_inv, int row, int64_t k0, float4 w0,
                                            float4 w1, float4& v0, float4& v1) {
   v0 = rms_scale4(v0, s_inv[row], w0);
   v1 = rms_scale4(v1, s_inv[row], w1);
-  if (blockIdx.x == 0 && A.norm.out) {
+  if (static_cast<int>(blockIdx.x) < A.cluster && A.norm.out) {
     float4* op = reinterpret_cast<float4*>(A.norm.out + row * A.k + k0);
     op[0] = v0;
     op[1] = v1;
@@ -297,14 +385,16 @@ __device__ void stage_x(const SArgs& A, uint8_t* smem, float* s_part, float* s_i
 // loop takes two, two where it takes seven (k 14336). Same values in the same places as
 // stage_x; the zero block is the kernel's (written before the wait). The norm's sums stay
 // block-wide (rms_inverse_rows, one barrier).
+// In a cluster, the block stages its slice: units [u_off, u_off + n_loc) of x, at local unit
+// indices from 0.
 template <QFormat F, int B>
-__device__ void stage_x_warp(const SArgs& A, uint8_t* smem, float* s_part, float* s_inv) {
+__device__ void stage_x_warp(const SArgs& A, int u_off, int n_loc, uint8_t* smem, float* s_part, float* s_inv) {
   const bool norm = A.norm.w != nullptr;
   if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int J = A.n_units > warp ? (A.n_units - warp + kWarps - 1) / kWarps : 0;  // this warp's units
+  const int J = n_loc > warp ? (n_loc - warp + kWarps - 1) / kWarps : 0;  // this warp's units
   const int total = A.n * J * kPerUnit;  // chunk q = ((row * J) + j) * kPerUnit + ci
   float* xsum = reinterpret_cast<float*>(smem + A.n * A.x_stride + kZeroBytes);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -314,7 +404,7 @@ __device__ void stage_x_warp(const SArgs& A, uint8_t* smem, float* s_part, float
     for (int b = 0; b < B; ++b) {
       const int q = base + b * 32 + lane, rj = q / kPerUnit;
       const int row = rj / J, u = warp + kWarps * (rj % J);
-      const int64_t k0 = static_cast<int64_t>(u) * U + (q % kPerUnit) * 8;
+      const int64_t k0 = static_cast<int64_t>(u_off + u) * U + (q % kPerUnit) * 8;
       xv[b][0] = xv[b][1] = wv[b][0] = wv[b][1] = zero;
       if (q < total && k0 < A.k) {  // k % 8 == 0: a chunk is all in or all out
         const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
@@ -333,7 +423,7 @@ __device__ void stage_x_warp(const SArgs& A, uint8_t* smem, float* s_part, float
       const int q = base + b * 32 + lane, rj = q / kPerUnit, ci = q % kPerUnit;
       const bool ok = q < total;
       const int row = ok ? rj / J : 0, u = warp + kWarps * (ok ? rj % J : 0);
-      const int64_t k0 = static_cast<int64_t>(u) * U + ci * 8;
+      const int64_t k0 = static_cast<int64_t>(u_off + u) * U + ci * 8;
       float4 v0 = xv[b][0], v1 = xv[b][1];
       if (norm && ok && k0 < A.k) norm_chunk(A, s_inv, row, k0, wv[b][0], wv[b][1], v0, v1);
       store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
@@ -390,7 +480,24 @@ __device__ __forceinline__ void compute_unit(const uint8_t* slot, const uint8_t*
   }
 }
 
-template <QFormat F, int S, int P, int R>
+// A tile's finished sums (row scale applied) into the outputs: gate/up + GLU, or + bias (+= out_v).
+template <bool kGlu, int S>
+__device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg, int64_t i, const float (&sum)[S],
+                                                  float bias_v, float out_v) {
+  if constexpr (kGlu) {
+    if (A.gate_out) A.gate_out[i] = sum[0];
+    if (A.up_out) A.up_out[i] = sum[1];
+    A.glu_out[i] = glu_act(sum[0], A.gelu) * sum[1];
+  } else {
+    const float y = sum[0] + bias_v;
+    sg.out[i] = sg.accumulate ? out_v + y : y;
+  }
+}
+
+// kCl: the cluster split (A.cluster > 1) compiled in; the kernel without it is the one every
+// batch-1 GEMV takes (compiled with the split's runtime checks, batch-1 int4 lost 4.5%: 502 ->
+// 479 tok/s, H200, session 22 call 2).
+template <QFormat F, int S, int P, int R, bool kCl>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
@@ -400,8 +507,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   __shared__ float s_part[kXNormMaxRows * 32], s_inv[kXNormMaxRows];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int n_units = A.n_units, n_chunks = A.n_chunks, n_tiles = A.n_tiles;
-  int tile = blockIdx.x;
+  const int n_chunks = A.n_chunks, n_tiles = A.n_tiles;
+  // Cluster split (A.cluster > 1): this block's rank takes units [u_off, u_off + n_units) of each
+  // of its cluster's tiles (blockIdx.x / cluster, then every gridDim.x / cluster-th one).
+  const int C = kCl ? A.cluster : 1;
+  const int rank = kCl ? static_cast<int>(blockIdx.x) % C : 0;
+  const int u_off = kCl ? rank * A.units_local : 0;
+  const int n_units = kCl ? min(A.units_local, A.n_units - u_off) : A.n_units;
+  const int tile_stride = kCl ? static_cast<int>(gridDim.x) / C : static_cast<int>(gridDim.x);
+  int tile = kCl ? static_cast<int>(blockIdx.x) / C : static_cast<int>(blockIdx.x);
   // This warp's ring: slot p at ring + p * kSlot (kStages * S = R units a warp).
   constexpr int kSlot = slot_bytes<F, S>();
   const uint32_t ring = smem_addr(smem_all) + warp * (kStages * kSlot) + lane * 16;
@@ -419,7 +533,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   }
 
   TilePtrs<S> lp;
-  tile_ptrs<S>(A, tile, g, t, warp, lp);
+  tile_ptrs<S>(A, tile, g, t, warp, u_off, lp);
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
     if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
@@ -434,8 +548,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   pdl_wait();
   pdl_launch_dependents();
   if (A.warp_stage) {
-    if (A.norm.w) stage_x_warp<F, 2>(A, smem, s_part, s_inv);
-    else stage_x_warp<F, 4>(A, smem, s_part, s_inv);
+    if (A.norm.w) stage_x_warp<F, 2>(A, u_off, n_units, smem, s_part, s_inv);
+    else stage_x_warp<F, 4>(A, u_off, n_units, smem, s_part, s_inv);
     __syncwarp();
   } else {
     stage_x<F>(A, smem, s_part, s_inv);
@@ -454,8 +568,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   // accumulator v = row (l / 4) + 8 * (v / 2) of the tile, batch column 2 (l % 4) + v % 2.
   const int64_t red_row = threadIdx.x / 16 + 8 * ((threadIdx.x % 4) / 2);
   const int red_col = 2 * ((threadIdx.x / 4) % 4) + threadIdx.x % 2;
+  // Cluster: this block's sums of a tile, [2][128][S] (see csum_bytes), after int4's x sums.
+  float* csum = reinterpret_cast<float*>(smem + A.n * A.x_stride + kZeroBytes +
+                                         (F == QFormat::Int4 ? A.units_local * 8 * 4 : 0));
   int buf = 0;
-  for (; tile < n_tiles; tile += gridDim.x) {
+  for (; tile < n_tiles; tile += tile_stride) {
+    // The block that finishes this tile: every block alone, or one rank of the cluster by turns.
+    const bool owner = !kCl || tile % C == rank;
     // The epilogue's global reads (fp8 / int8 row scales, bias, the accumulated output), issued
     // when the tile starts: read in the epilogue, every reduction waited out a memory
     // latency while the other warps sat at the barrier (H200 ncu, fp8 lm_head GEMV: 15% of the
@@ -463,11 +582,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     float row_scale[S], bias_v = 0.0f, out_v = 0.0f;
 #pragma unroll
     for (int s = 0; s < S; ++s) row_scale[s] = 1.0f;
-    if (threadIdx.x < 128) {
-      const Seg sg = seg_of<kGlu>(A, tile);
-      const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
-      const int col = red_col;
-      if (row < sg.m && col < A.n) {
+    if (threadIdx.x < 128 && owner) {
+      const TileOut t = tile_out<kGlu>(A, tile, red_row, red_col);
+      const Seg& sg = t.sg;
+      const int64_t row = t.row;
+      const int col = t.col;
+      if (t.inside) {
         if constexpr (F != QFormat::Int4) {
 #pragma unroll
           for (int s = 0; s < S; ++s) row_scale[s] = __ldg(static_cast<const float*>(s == 0 ? sg.sc : A.scales[1]) + row);
@@ -485,9 +605,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
       for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
     for (int c = 0; c < n_chunks; ++c) {
       const bool last = c + 1 == n_chunks;
-      const int ntile = last ? tile + static_cast<int>(gridDim.x) : tile;
+      const int ntile = last ? tile + tile_stride : tile;
       const int nc = last ? 0 : c + 1;
-      if (last && ntile < n_tiles) tile_ptrs<S>(A, ntile, g, t, warp, lp);
+      if (last && ntile < n_tiles) tile_ptrs<S>(A, ntile, g, t, warp, u_off, lp);
       // Units of slot p: warp + kWarps * (c * kStages + p) now, the same p of chunk nc next.
       const int u0 = warp + kWarps * c * kStages;
       const uint8_t* xb_c = xb_base + u0 * xb_step;
@@ -519,43 +639,89 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
 #pragma unroll
     for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
     __syncthreads();
-    if (threadIdx.x < 128) {
-      const int l = threadIdx.x / 4, v = threadIdx.x % 4;
-      const Seg sg = seg_of<kGlu>(A, tile);
-      const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
-      const int col = red_col;
-      if (row < sg.m && col < A.n) {
-        float sum[S];
+    if constexpr (!kCl) {
+      if (threadIdx.x < 128) {
+        const int l = threadIdx.x / 4, v = threadIdx.x % 4;
+        const TileOut t = tile_out<kGlu>(A, tile, red_row, red_col);
+        if (t.inside) {
+          float sum[S];
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            float z = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
+            if constexpr (F != QFormat::Int4) z *= row_scale[s] * SFmt<F>::kSumScale;
+            sum[s] = z;
+          }
+          store_tile_result<kGlu>(A, t.sg, t.col * t.sg.m + t.row, sum, bias_v, out_v);
+        }
+      }
+    } else {
+      // Cluster: each block sums its warps, then the owner adds the blocks' sums in rank order
+      // (each thread's loads all issued first), so the result does not depend on timing. The
+      // double buffer lets one cluster barrier a tile order both the writes before the reads
+      // and the reads before the rewrite two tiles on.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      float* mine = csum + (buf * 128 + threadIdx.x) * S;
+      if (threadIdx.x < 128) {
+        const int l = threadIdx.x / 4, v = threadIdx.x % 4;
 #pragma unroll
         for (int s = 0; s < S; ++s) {
           float z = 0.0f;
 #pragma unroll
           for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
-          if constexpr (F != QFormat::Int4) z *= row_scale[s] * SFmt<F>::kSumScale;
-          sum[s] = z;
-        }
-        const int64_t i = col * sg.m + row;
-        if constexpr (kGlu) {
-          if (A.gate_out) A.gate_out[i] = sum[0];
-          if (A.up_out) A.up_out[i] = sum[1];
-          A.glu_out[i] = glu_act(sum[0], A.gelu) * sum[1];
-        } else {
-          const float y = sum[0] + bias_v;
-          sg.out[i] = sg.accumulate ? out_v + y : y;
+          mine[s] = z;
         }
       }
+      cluster.sync();
+      if (threadIdx.x < 128 && owner) {
+        float part[kMaxCluster][S];
+#pragma unroll
+        for (int q = 0; q < kMaxCluster; ++q)
+          if (q < C) {
+            const float* theirs = cluster.map_shared_rank(mine, q);
+#pragma unroll
+            for (int s = 0; s < S; ++s) part[q][s] = theirs[s];
+          }
+        float sum[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          float z = part[0][s];
+#pragma unroll
+          for (int q = 1; q < kMaxCluster; ++q)
+            if (q < C) z += part[q][s];
+          sum[s] = z;
+        }
+        const TileOut t = tile_out<kGlu>(A, tile, red_row, red_col);
+        if (t.inside) {
+          if constexpr (F != QFormat::Int4) {
+#pragma unroll
+            for (int s = 0; s < S; ++s) sum[s] *= row_scale[s] * SFmt<F>::kSumScale;
+          }
+          store_tile_result<kGlu>(A, t.sg, t.col * t.sg.m + t.row, sum, bias_v, out_v);
+        }
+      }
+#endif
     }
     buf ^= 1;  // the next tile writes the other buffer; the barrier above orders the reuse
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCl) cooperative_groups::this_cluster().sync();  // no block leaves while its sums may be read
+#endif
 }
 
-// Resident blocks of kernel with smem bytes of dynamic shared memory, times the SMs (cached).
+// Blocks of kernel with smem bytes of dynamic shared memory that the GPU holds at once (cached):
+// resident blocks an SM times the SMs, or with clusters of `cluster` blocks, the clusters that
+// fit at once times the cluster size.
 template <typename K>
-int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem) {
+int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem, int cluster) {
   struct Entry {
     const void* fn;
     int dev;
     size_t smem;
+    int cluster;
     int blocks;
   };
   static std::mutex mu;
@@ -565,7 +731,8 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem) {
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   std::lock_guard<std::mutex> lock(mu);
   for (int i = 0; i < used; ++i)
-    if (cache[i].fn == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev && cache[i].smem == smem)
+    if (cache[i].fn == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev && cache[i].smem == smem &&
+        cache[i].cluster == cluster)
       return cache[i].blocks;
   int per_sm = 0, sms = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_dynamic_smem)) !=
@@ -573,8 +740,23 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem) {
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return 0;
-  const int blocks = per_sm * sms;
-  if (used < 64) cache[used++] = Entry{reinterpret_cast<const void*>(kernel), dev, smem, blocks};
+  int blocks = per_sm * sms;
+  if (cluster > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+    cfg.blockDim = dim3(kWarps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) return 0;
+    blocks = clusters * cluster;
+  }
+  if (used < 64) cache[used++] = Entry{reinterpret_cast<const void*>(kernel), dev, smem, cluster, blocks};
   return blocks;
 }
 
@@ -590,11 +772,16 @@ cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
     return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
   }();
   const bool pair = pair_env < 0 ? S == 1 : pair_env == 1;
-  auto kernel = pair ? qgemv_staged_kernel<F, S, 2, R> : qgemv_staged_kernel<F, S, 1, R>;
-  const size_t smem = staged_smem(F, R, A.n, A.k);
-  const int resident = resident_blocks(kernel, smem, max_smem(F));
+  const int C = A.cluster;
+  auto kernel = pair ? qgemv_staged_kernel<F, S, 2, R, false> : qgemv_staged_kernel<F, S, 1, R, false>;
+  if constexpr (R == 8) {  // (the cluster split takes the 8-unit ring only)
+    if (C > 1) kernel = pair ? qgemv_staged_kernel<F, S, 2, R, true> : qgemv_staged_kernel<F, S, 1, R, true>;
+  }
+  const size_t smem = staged_smem(F, R, A.n, A.k, C, S);
+  const int resident = resident_blocks(kernel, smem, max_smem(F), C) / C;  // blocks, or clusters
   if (resident <= 0) return cudaErrorInvalidConfiguration;
-  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  const int grid = (A.n_tiles < resident ? A.n_tiles : resident) * C;
+  if (C > 1) return qgemm_detail::launch_clustered(kernel, dim3(grid), kWarps * 32, smem, static_cast<unsigned>(C), pdl, stream, A);
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
@@ -607,22 +794,36 @@ cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
 
 }  // namespace
 
-bool qgemv_staged_fits(QFormat f, int n, int64_t k) { return ring_units(f, false, n, k) > 0; }
-bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k) { return ring_units(f, true, n, k) > 0; }
+bool qgemv_staged_fits(QFormat f, int n, int64_t k) { return plan_staged(f, false, false, n, k, 1).ring == 8; }
+bool qgemv_staged_fits_plain(QFormat f, int n, int64_t k) { return plan_staged(f, false, true, n, k, 1).ring > 0; }
+bool qgemv_staged_takes(QFormat f, bool glu, bool norm, int n, int64_t k) {
+  return plan_staged(f, glu, !glu && !norm, n, k).ring > 0;
+}
+int qgemv_staged_cluster(QFormat f, bool glu, bool norm, int n, int64_t k) {
+  const StagedPlan p = plan_staged(f, glu, !glu && !norm, n, k);
+  return p.ring > 0 ? p.cluster : 0;
+}
+bool qgemv_clusters_allowed() { return clusters_allowed(); }
+bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluster) {
+  return cluster > 1 && plan_staged(f, glu, !glu, n, k, cluster).ring > 0;
+}
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
-  const int r = ring_units(f, !glu && p.norm.w == nullptr, p.n, p.k);
+  const StagedPlan plan = plan_staged(f, glu, !glu && p.norm.w == nullptr, p.n, p.k, p.cluster);
+  const int r = plan.ring;
   if (r == 0) return cudaErrorInvalidValue;
   SArgs A;
   static_cast<QGemvProblem&>(A) = p;
-  A.x_stride = staged_x_stride(f, p.k);
+  A.cluster = plan.cluster;
+  A.units_local = units_per_rank(f, p.k, plan.cluster);
+  A.x_stride = staged_x_stride(f, A.units_local);
   const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
-  A.n_chunks = (A.n_units + per_round - 1) / per_round;
+  A.n_chunks = (A.units_local + per_round - 1) / per_round;
   static const bool warp_stage = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV_WARP_STAGE");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  A.warp_stage = warp_stage;
+  A.warp_stage = warp_stage || plan.cluster > 1;  // (stage_x stages all of x)
   if (glu) return launch_s<2, 8>(f, A, pdl, stream);
   return r == 4 ? launch_s<1, 4>(f, A, pdl, stream) : launch_s<1, 8>(f, A, pdl, stream);
 }
