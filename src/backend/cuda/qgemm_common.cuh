@@ -100,17 +100,15 @@ __device__ __forceinline__ void sum_slices_and_store(const float* red, int split
   }
 }
 
-// kernel<<<grid, threads, smem, stream>>>(args) with clusters of cluster_x blocks along x, a
-// programmatic dependent of the stream's previous kernel when pdl.
-template <typename Kernel, typename Args>
-cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, size_t smem, unsigned cluster_x, bool pdl,
-                             cudaStream_t stream, const Args& args) {
+// The launch configuration of a grid in clusters of cluster_x blocks along x, with programmatic
+// stream serialization when pdl; attr is the attributes' storage (2 entries).
+inline cudaLaunchConfig_t clustered_config(dim3 grid, int threads, size_t smem, unsigned cluster_x, bool pdl,
+                                           cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
   int na = 0;
   attr[na].id = cudaLaunchAttributeClusterDimension;
   attr[na].val.clusterDim.x = cluster_x;
@@ -124,6 +122,16 @@ cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, size_t smem,
   }
   cfg.attrs = attr;
   cfg.numAttrs = static_cast<unsigned>(na);
+  return cfg;
+}
+
+// kernel<<<grid, threads, smem, stream>>>(args) with clusters of cluster_x blocks along x, a
+// programmatic dependent of the stream's previous kernel when pdl.
+template <typename Kernel, typename Args>
+cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, size_t smem, unsigned cluster_x, bool pdl,
+                             cudaStream_t stream, const Args& args) {
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = clustered_config(grid, threads, smem, cluster_x, pdl, stream, attr);
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args);
   return e != cudaSuccess ? e : cudaGetLastError();
 }

@@ -85,10 +85,9 @@ struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
   int x_stride = 0;  // bytes of one staged x row
   bool warp_stage = true;  // stage_x_warp (EMBER_CUDA_QGEMV_WARP_STAGE=0: stage_x, A/B runs)
-  // Blocks of a cluster (1, 2, 4, 8) that share each tile: block rank r takes the tile's units
-  // [r * units_local, (r + 1) * units_local) and stages only that slice of x; the cluster's
-  // sums meet in distributed shared memory (csum_bytes after the int4 x sums).
-  int cluster = 1;
+  // With QGemvProblem::cluster set to the plan's blocks a tile (1, 2, 4, 8): block rank r takes
+  // the tile's units [r * units_local, (r + 1) * units_local) and stages only that slice of x;
+  // the cluster's sums meet in distributed shared memory (csum_bytes after the int4 x sums).
   int units_local = 0;
 };
 
@@ -742,16 +741,10 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem, int cluster)
     return 0;
   int blocks = per_sm * sms;
   if (cluster > 1) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
-    cfg.blockDim = dim3(kWarps * 32);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = qgemm_detail::clustered_config(dim3(static_cast<unsigned>(cluster)), kWarps * 32,
+                                                                  smem, static_cast<unsigned>(cluster), false,
+                                                                  nullptr, attr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) return 0;
     blocks = clusters * cluster;
