@@ -62,9 +62,12 @@ def test_greedy_continuation_matches_llamacpp(greedy_model):
     """Greedy output, teacher-forced on llama.cpp's continuation: ember generates until it picks
     a token other than llama.cpp's, then resumes from llama.cpp's prefix, so every one of the
     positions is checked. A differing pick is only accepted where llama.cpp itself ranks it as a
-    near-tie (the two engines' quantized kernels round differently, and ember's own kernel paths
-    move Qwen2.5's logits by ~0.05-0.1 nats): within 0.25 nats of llama.cpp's top logprob
-    (0.1 in the first 8 tokens), and at most one position in 16 may differ."""
+    near-tie: within 0.25 nats of llama.cpp's top logprob, and at most one position in 16 may
+    differ. The two engines' quantized kernels round differently, and so do ember's own paths:
+    on SmolLM2 Q4_1, teacher-forced over the fixture's 128 positions, the top-5 logprobs of
+    ember's scalar and AVX2 kernels differ by 0.09 nats on average (p95 0.28), each path's from
+    llama.cpp's by 0.10 (p95 0.29-0.31); on an AVX2-only machine the first pick of the
+    fibonacci prompt flips at a 0.133-nat tie, which AVX-512 machines resolve as llama.cpp."""
     path, fx = greedy_model
     differing = total = 0
     for p in fx["generation"]["prompts"]:
@@ -84,7 +87,7 @@ def test_greedy_continuation_matches_llamacpp(greedy_model):
             top = p["top_logprobs"][k]["top"]
             ours = next((lp for tid, lp in top if tid == got[k - k0]), -math.inf)
             gap = top[0][1] - ours
-            assert gap < (0.25 if k >= 8 else 0.1), (
+            assert gap < 0.25, (
                 f"{p['prompt']!r}: at token {k} ember picks {got[k - k0]}, llama.cpp {want[k]}, "
                 f"which llama.cpp ranks {gap:.3f} nats above ember's token")
             k0 = k + 1
