@@ -10,7 +10,9 @@
 #   SMALL_BATCH (weight formats of an 8 x 128/256 run at concurrency 8; default none),
 #   MID_BATCH (weight formats of a 32 x 128/256 run at concurrency 32, where int4 / int8 decode
 #   steps take the packed GEMM; default none), LARGE_BATCH (weight formats of 128 and 256 x
-#   128/256 runs, where they take the wgmma GEMM; default none).
+#   128/256 runs, where they take the wgmma GEMM; default none), PREFILL (weight formats of a
+#   4096-token prefill, `bench speed -p 4096 -n 1`, with the prefill-attention kernel bench and
+#   PyTorch's prefill / decode loop, bench/cuda/torch_llama.py, beside them; default none).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 debs=${DEB_DIR:-$root/.devdeps}
@@ -68,5 +70,16 @@ for fmt in ${LARGE_BATCH:-}; do
     note "$c x 128/256 at concurrency $c, weights $fmt: rc=$? $(grep -E '^(output_tokens_per_s|mean_itl_ms) ' "$logs/large-batch.log" | tail -2 | tr -s ' ' | tr '\n' ' ')"
   done
 done
+if [[ -n ${PREFILL:-} ]]; then
+  timeout 90 "$bin/bench_cuda_kernels" prefill >"$logs/prefill-kernels.log" 2>&1
+  note "bench_cuda_kernels prefill: rc=$? $(grep -E 'bf16 causal 4096 h32/kv8 .*\(default\)' "$logs/prefill-kernels.log" | cut -d'|' -f4-5)"
+  for fmt in $PREFILL; do
+    timeout 90 "$bin/ember" bench speed -m "$model" --device cuda --weight-format "$fmt" -r 3 -p 4096 -n 1 \
+      >>"$logs/prefill.log" 2>&1
+    note "bench speed -p 4096 --weight-format $fmt: rc=$? $(grep -E '^pp4096' "$logs/prefill.log" | tail -1)"
+  done
+  PYTHONUNBUFFERED=1 timeout 150 python3 "$root/bench/cuda/torch_llama.py" >"$logs/torch_llama.log" 2>&1
+  note "torch_llama.py: rc=$? $(grep -E 'RESULT\|(prefill|decode)' "$logs/torch_llama.log" | cut -d'|' -f3-5 | tr '\n' ' ')"
+fi
 echo "================ summary ($(( $(date +%s) - start )) s) ================"
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
