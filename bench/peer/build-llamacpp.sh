@@ -55,7 +55,7 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
   mkdir -p "$DL"
   if ! ls "$DL"/llama_cpp_python-"$LLAMACPP_PY_VER".tar.gz >/dev/null 2>&1; then
     log "downloading llama-cpp-python==$LLAMACPP_PY_VER sdist from PyPI"
-    "$PY" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+    "$PY" -m pip download --quiet --no-deps --no-binary :all: \
       -d "$DL" "llama-cpp-python==$LLAMACPP_PY_VER" >&2
   fi
   TGZ=$(ls "$DL"/llama_cpp_python-"$LLAMACPP_PY_VER".tar.gz)
