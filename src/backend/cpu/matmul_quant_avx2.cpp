@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace ember::cpu {
 namespace avx2 {

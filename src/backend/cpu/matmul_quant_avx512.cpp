@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <type_traits>
 
 // GCC 12's AVX-512 intrinsics build "undefined" vectors from self-initialized variables,
