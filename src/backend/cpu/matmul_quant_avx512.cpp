@@ -7,8 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 // GCC 12's AVX-512 intrinsics build "undefined" vectors from self-initialized variables,
 // which -Wmaybe-uninitialized reports inside the headers; the values are never read.
