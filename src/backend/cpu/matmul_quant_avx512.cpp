@@ -24,6 +24,7 @@ namespace {
 #define EMBER_VBMI 0
 #include "backend/cpu/simd_common.inc"
 #include "backend/cpu/matmul_quant_impl.inc"
+#include "backend/cpu/matmul_gemm_decode.inc"
 #include "backend/cpu/matmul_gemm_avx512.inc"
 #include "backend/cpu/matmul_b32_avx512.inc"
 #undef EMBER_VNNI
