@@ -68,14 +68,10 @@ struct MatmulCase {
   bool bias;
 };
 
-void run_case(Backend& be, const MatmulCase& c, uint64_t seed) {
+// c against the references for the given weights, activations [n, k] and bias [m].
+void check_case(Backend& be, const MatmulCase& c, std::vector<uint8_t>& wbytes, std::vector<float>& x,
+                std::vector<float>& bias) {
   SCOPED_TRACE(fmt::format("{} n={} m={} k={} bias={}", dtype_name(c.dtype), c.n, c.m, c.k, c.bias));
-  Rng rng(seed);
-  auto wbytes = random_weights(rng, c.dtype, c.m, c.k);
-  auto x = rng.normals(static_cast<size_t>(c.n * c.k));
-  // A few large outliers, as real activations have.
-  for (int i = 0; i < 5; ++i) x[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(x.size()) - 1))] *= 20.0f;
-  auto bias = rng.normals(static_cast<size_t>(c.m));
   auto out = poisoned(static_cast<size_t>(c.n * c.m));
 
   Tensor tw = make_tensor(wbytes.data(), c.dtype, {c.m, c.k});
@@ -126,6 +122,43 @@ void run_case(Backend& be, const MatmulCase& c, uint64_t seed) {
   }
 }
 
+void run_case(Backend& be, const MatmulCase& c, uint64_t seed) {
+  Rng rng(seed);
+  auto wbytes = random_weights(rng, c.dtype, c.m, c.k);
+  auto x = rng.normals(static_cast<size_t>(c.n * c.k));
+  // A few large outliers, as real activations have.
+  for (int i = 0; i < 5; ++i) x[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(x.size()) - 1))] *= 20.0f;
+  auto bias = rng.normals(static_cast<size_t>(c.m));
+  check_case(be, c, wbytes, x, bias);
+}
+
+// Byte ranges of the k-quants' sub-block scales (and mins) within a block.
+std::pair<size_t, size_t> sub_scale_range(DType t) {
+  switch (t) {
+    case DType::Q4_K: case DType::Q5_K: return {4, 16};
+    case DType::Q6_K: return {192, 208};
+    case DType::Q3_K: return {96, 108};
+    case DType::Q2_K: return {0, 16};
+    default: return {0, 0};
+  }
+}
+
+// Every quant byte `fill` (all codes 0 or all at their maximum), sub-block scales 0x11 (small,
+// nonzero), block scales modest: the largest integer products a kernel can meet.
+std::vector<uint8_t> extreme_weights(DType t, int64_t m, int64_t k, uint8_t fill) {
+  std::vector<uint8_t> w(dtype_row_bytes(t, k) * static_cast<size_t>(m), fill);
+  const size_t block_bytes = dtype_block_bytes(t);
+  const auto [s0, s1] = sub_scale_range(t);
+  for (size_t b = 0; b < w.size() / block_bytes; ++b) {
+    for (size_t i = s0; i < s1; ++i) w[b * block_bytes + i] = 0x11;
+    for (size_t off : scale_offsets(t)) {
+      const uint16_t h = f32_to_f16(off == 0 || t == DType::Q6_K || t == DType::Q3_K ? 0.01f : 0.003f);
+      std::memcpy(w.data() + b * block_bytes + off, &h, 2);
+    }
+  }
+  return w;
+}
+
 const DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
                             DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                             DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -156,6 +189,30 @@ TEST_P(MatmulTest, ManyRowsTakesTheBlockedPath) {
   }
 }
 
+TEST_P(MatmulTest, ExtremeCodesStayExact) {
+  // Without VNNI the panel kernels add several vpmaddubsw results in int16 before widening
+  // (matmul_gemm_avx2.inc): all codes at 0 or at their maximum against activations that all
+  // quantize to +-127 give the largest sums; a saturated one would miss the reference by far.
+  // n = 16: the fused panels; n = 70: the decoded ones where the ISA has them (and a last
+  // panel of 6 rows).
+  for (DType t : kAllDtypes) {
+    if (!dtype_is_quantized(t)) continue;
+    for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xff}}) {
+      for (float sign : {1.0f, -1.0f}) {
+        for (int64_t n : {16, 70}) {
+          const int64_t m = 19, k = 512;
+          auto w = extreme_weights(t, m, k, fill);
+          std::vector<float> x(static_cast<size_t>(n * k), sign);
+          std::vector<float> bias(static_cast<size_t>(m), 0.0f);
+          SCOPED_TRACE(fmt::format("fill {:#x} x {}", fill, sign));
+          check_case(*backend_, {t, n, m, k, false}, w, x, bias);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(MatmulTest, WideOutput) {
   // m large enough that threads split the columns; m odd so tiles have tails.
   uint64_t seed = 200;
@@ -167,8 +224,9 @@ TEST_P(MatmulTest, WideOutput) {
 
 TEST_P(MatmulTest, FewPanelsMatchManyPanelsBitForBit) {
   // Up to two panels of 16 rows take the fused kernels (weights read raw, signed panels),
-  // more take the decoded-column path; both compute the same integer sums in the same float
-  // order, so each row's output must not depend on how many rows came with it.
+  // more take the decoded-column path where the ISA has one for the kind; both compute the
+  // same integer sums in the same float order, so each row's output must not depend on how
+  // many rows came with it.
   uint64_t seed = 300;
   for (DType t : kAllDtypes) {
     SCOPED_TRACE(dtype_name(t));

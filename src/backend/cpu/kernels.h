@@ -90,7 +90,7 @@ struct GemmKernel {
   ActFormat act = ActFormat::Q8_32;  // activation rows the panels are built from
   int group = 0;          // G: 16 or 32
   bool has_min = false;   // weights carry a per-group offset (minv)
-  DecodeColFn decode = nullptr;
+  DecodeColFn decode = nullptr;  // decode and micro null: the fused kernel for any row count
   GemmMicroFn micro = nullptr;
   GemmFusedFn fused = nullptr;  // null where the ISA has none
   int fused_off = 0;            // kOff of the fused weight codes

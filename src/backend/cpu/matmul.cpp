@@ -138,7 +138,7 @@ void run_columns(CpuContext& ctx, const MatmulKernel& kern, const float* px, int
 // The panel kernels' row threshold for a weight kind, or 0 when it has none.
 int64_t panel_min_rows(const CpuContext& ctx, int idx) {
   const GemmKernel& gk = ctx.kt.gemm[idx];
-  if (!gk.decode || ctx.batch_invariant) return 0;
+  if ((!gk.micro && !gk.fused) || ctx.batch_invariant) return 0;
   return gk.fused ? gk.fused_min_rows : kGemmMinRows;
 }
 

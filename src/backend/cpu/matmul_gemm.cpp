@@ -22,7 +22,8 @@ namespace {
 
 constexpr int64_t kColChunk = 48;  // decoded columns kept hot (L2) while panels stream by
 // Fused kernels re-read each weight row once per panel, the decoded path decodes it once per
-// call: fused wins while the panels are few (bench_kernels --n 16,32,48).
+// call: fused wins while the panels are few (bench_kernels --n 16,32,48). A kind without a
+// micro-kernel (AVX2, where its fused form sums more products in int16) is fused throughout.
 constexpr int64_t kFusedMaxPanels = 2;
 constexpr int64_t kFusedColChunk = 64;  // weight rows handed out per claim
 
@@ -93,7 +94,8 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
                     std::span<const GemmTarget> targets) {
   const size_t a_stride = act_row_bytes(act, k);
   const int64_t n_panels = (n + kGemmPanelRows - 1) / kGemmPanelRows;
-  const bool fused = gk.fused != nullptr && n_panels <= kFusedMaxPanels;
+  const bool fused = gk.fused != nullptr && (n_panels <= kFusedMaxPanels || gk.micro == nullptr);
+  const bool serial_panels = fused && n_panels <= kFusedMaxPanels;
   const size_t rows_bytes = static_cast<size_t>(n) * a_stride;
   const size_t pbytes = panel_bytes(k, gk.group);
   uint8_t* shared = ctx.shared_scratch.ensure(rows_bytes + static_cast<size_t>(n_panels) * pbytes + 64);
@@ -114,7 +116,7 @@ void run_panel_gemm(CpuContext& ctx, const GemmKernel& gk, ActFormat act, const 
     for (int64_t r = r0; r < r1; ++r) quantize(x + r * k, rows + static_cast<size_t>(r) * a_stride, k);
     build_panel(rows, a_stride, act, r0, n, k, gk.group, fused, gk.fused_off, panel(p));
   };
-  if (fused) {
+  if (serial_panels) {
     // One or two panels: cheaper on this thread than a fork/join (a batched decode step runs
     // ~7 of these matmuls per layer).
     for (int64_t p = 0; p < n_panels; ++p) make_panel(p);

@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -15,10 +16,15 @@ namespace {
 #define EMBER_VNNI 0
 #include "backend/cpu/simd_common.inc"
 #include "backend/cpu/matmul_quant_impl.inc"
+#include "backend/cpu/matmul_gemm_decode.inc"
+#include "backend/cpu/matmul_gemm_avx2.inc"
 #undef EMBER_VNNI
 }  // namespace
 }  // namespace avx2
 
-void register_avx2_matmul_quant(KernelTable& kt) { avx2::register_quant_matmul(kt); }
+void register_avx2_matmul_quant(KernelTable& kt) {
+  avx2::register_quant_matmul(kt);
+  avx2::register_gemm(kt);
+}
 
 }  // namespace ember::cpu
