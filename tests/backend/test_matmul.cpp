@@ -241,7 +241,7 @@ TEST_P(MatmulTest, FewPanelsMatchManyPanelsBitForBit) {
     Tensor tmany = f32_tensor(many, {n_many, m});
     Tensor tx_many = f32_tensor(x, {n_many, k});
     backend_->matmul(tx_many, tw, &tb, tmany);
-    for (int64_t n : {8, 16, 23, 32}) {
+    for (int64_t n : {12, 16, 23, 32}) {  // at or past every kind's panel threshold (fused_min_rows)
       std::vector<float> xs(x.begin(), x.begin() + n * k);
       auto few = poisoned(static_cast<size_t>(n * m));
       Tensor tx = f32_tensor(xs, {n, k});
