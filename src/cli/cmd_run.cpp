@@ -64,7 +64,9 @@ int run(const RunOptions& o) {
     prompt = std::move(*ids);
   }
   auto eos = stop_token_ids((*runner)->config(), tokenizer.get());
-  auto engine = make_engine(std::move(*runner), o.model, eos);
+  ModelOptions mo = o.model;
+  if (mo.warmup_graphs < 0) mo.warmup_graphs = 1;  // one request: the batch-1 graph is all it uses
+  auto engine = make_engine(std::move(*runner), mo, eos);
   if (!engine.is_ok()) {
     fmt::print(stderr, "error: {}\n", engine.message());
     return 1;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cctype>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 namespace ember {
@@ -48,6 +49,10 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
                  "greedy decode steps queued one ahead, tokens fed on the device, so host work overlaps the GPU's: "
                  "auto (on where the device queues steps: CUDA on one GPU), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--warmup-graphs", o.warmup_graphs,
+                 "CUDA: capture the decode graphs of 1..N sequences at start (default 16, at most --max-num-seqs; 0: "
+                 "capture each batch size on its second step instead)")
+      ->check(CLI::Range(0, 4096));
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "disable prefix caching");
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
@@ -190,6 +195,14 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.pipeline = o.pipeline == "on"    ? EngineConfig::Pipeline::kOn
                 : o.pipeline == "off" ? EngineConfig::Pipeline::kOff
                                       : EngineConfig::Pipeline::kAuto;
+  ec.warm_up_graph_seqs = o.warmup_graphs;
+  // (shared: the engine keeps its config, and so this callback, beyond this scope)
+  auto bar = std::make_shared<std::optional<ProgressBar>>();
+  ec.warm_up_progress = [bar](int done, int total) {
+    if (!*bar) bar->emplace("warming up decode graphs", total);
+    (*bar)->update(done, "steps");
+    if (done == total) (*bar)->finish();
+  };
   ec.sampler_threads = o.sampler_threads > 0 ? o.sampler_threads : gpu ? std::clamp(ThreadPool::default_threads(), 1, 16) : 1;
   auto engine = LlmEngine::create(std::move(runner), ec);
   if (!engine.is_ok()) return engine.status();

@@ -33,6 +33,7 @@ struct ModelOptions {
   int max_num_seqs = 0;
   int sampler_threads = 0;  // 0: auto
   std::string pipeline = "auto";  // EngineConfig::pipeline: auto, on, off
+  int warmup_graphs = -1;  // EngineConfig::warm_up_graph_seqs: -1 = the runner's default (16)
   bool no_prefix_cache = false;
   bool deterministic = false;
   uint64_t seed = 0;

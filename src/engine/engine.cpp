@@ -59,6 +59,14 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecut
   EMBER_LOG_INFO("KV cache: {} blocks x {} tokens = {} tokens, {:.1f} MiB", n_blocks,
                  sc.block_size, static_cast<int64_t>(n_blocks) * sc.block_size,
                  static_cast<double>(block_bytes) * n_blocks / (1024.0 * 1024.0));
+  if (config.warm_up) {
+    WarmUpOptions wo;
+    wo.max_tokens = sc.max_num_batched_tokens;
+    wo.max_seqs = sc.max_num_seqs;
+    wo.graph_seqs = config.warm_up_graph_seqs;
+    wo.progress = config.warm_up_progress;
+    EMBER_RETURN_IF_ERROR(executor->warm_up(wo).with_context("warm-up"));
+  }
   return std::unique_ptr<LlmEngine>(new LlmEngine(std::move(executor), std::move(config)));
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -51,6 +52,13 @@ struct EngineConfig {
   // wasted row in the step queued behind it.
   enum class Pipeline { kAuto, kOn, kOff };
   Pipeline pipeline = Pipeline::kAuto;
+  // Before the first request: ModelExecutor::warm_up for the scheduler's limits (a GPU runner
+  // sizes its buffers and captures the decode graphs of 1..warm_up_graph_seqs sequences;
+  // -1: the executor's default (16 for a GPU runner), 0: none; other shapes are captured on
+  // their second step).
+  bool warm_up = true;
+  int warm_up_graph_seqs = -1;
+  std::function<void(int done, int total)> warm_up_progress;
 };
 
 class LlmEngine {

@@ -104,6 +104,22 @@ size_t Model::activation_bytes(int n_tokens, int n_logit_rows) const {
   return total;
 }
 
+Status Model::reserve_activations(int n_tokens, int n_logit_rows) {
+  if (n_tokens < 1 || n_logit_rows < 0)
+    return Status::errorf("reserve_activations: {} tokens, {} logit rows", n_tokens, n_logit_rows);
+  const size_t total = activation_bytes(n_tokens, n_logit_rows);
+  if (total <= scratch_bytes_) return Status::ok();
+  scratch_.reset();
+  scratch_bytes_ = 0;
+  ++activation_epoch_;
+  scratch_ = backend_.alloc(total);
+  if (!scratch_ || !scratch_->data())
+    return Status::errorf("cannot allocate {:.1f} MiB of activations for steps of {} tokens", total / 1048576.0,
+                          n_tokens);
+  scratch_bytes_ = total;
+  return Status::ok();
+}
+
 Model::Activations Model::activations(int n_tokens, int n_logit_rows) {
   const auto dims = activation_dims(config_, n_tokens, n_logit_rows);
   const size_t total = activation_bytes(n_tokens, n_logit_rows);

@@ -51,6 +51,9 @@ class Model {
   Result<Tensor> enqueue_forward(const ForwardBatch& batch, KvStorage& kv);
   // Bytes of activation buffers a step of n_tokens tokens with n_logit_rows logit rows needs.
   size_t activation_bytes(int n_tokens, int n_logit_rows) const;
+  // Grows the activation buffers to fit a step of n_tokens tokens and n_logit_rows logit rows
+  // now, so that no step up to that size moves them later.
+  Status reserve_activations(int n_tokens, int n_logit_rows);
   // Changes whenever the activation buffers move (device addresses captured earlier are stale).
   uint64_t activation_epoch() const { return activation_epoch_; }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -67,6 +68,17 @@ struct KvCacheConfig {
   int block_size = 16;
 };
 
+// What ModelExecutor::warm_up prepares for: the engine's step limits.
+struct WarmUpOptions {
+  int max_tokens = 0;  // tokens a step may carry (the scheduler's token budget)
+  int max_seqs = 0;    // sequences (and so decode logit rows) a step may carry
+  // Decode graphs to capture: batches of 1..graph_seqs sequences (-1: up to 16; 0: none).
+  // Each graph holds ~5 MB of device memory at Llama-3-8B shapes and serves block tables of
+  // up to 16 blocks only, so larger batches (long contexts, mostly) keep capturing lazily.
+  int graph_seqs = -1;
+  std::function<void(int done, int total)> progress;  // called per captured batch size
+};
+
 class ModelExecutor {
  public:
   virtual ~ModelExecutor() = default;
@@ -76,6 +88,16 @@ class ModelExecutor {
   virtual size_t kv_bytes_per_block(int block_size) const = 0;
   // Allocates K/V storage for cfg.n_blocks blocks (call once, before execute).
   virtual Status allocate_kv_cache(const KvCacheConfig& cfg) = 0;
+  // Pays a device's one-time costs before the first request instead of during it (call after
+  // allocate_kv_cache, before any step: it writes garbage into K/V blocks). A GPU runner sizes
+  // its activation buffers for the largest step (a larger step later would move them and
+  // invalidate every captured graph), runs one step of max_tokens prompt tokens (sizing the
+  // prefill workspaces) and captures the decode graphs of 1..graph_seqs sequences. Others
+  // have nothing to prepare.
+  virtual Status warm_up(const WarmUpOptions& options) {
+    (void)options;
+    return Status::ok();
+  }
   // Runs one step. logits: [batch.logit_rows.size(), vocab_size()] float32, row-major.
   virtual Status execute(const ForwardBatch& batch, std::vector<float>& logits) = 0;
   // Greedy steps without the logits: whether execute_argmax is available (a GPU runner

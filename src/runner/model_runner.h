@@ -11,7 +11,8 @@
 // forward pass and downloads the logits: that download is the step's only host sync. Decode
 // steps (one new token per sequence, every row's logits) run as CUDA graphs, one per (batch
 // size, block-table width bucket): the first step of a shape runs eagerly (it sizes every
-// buffer), the second captures the graph, later ones replay it.
+// buffer), the second captures the graph, later ones replay it. warm_up does both for batch
+// sizes 1..N (short block tables) before the first request.
 #include "backend/backend.h"
 #include "loader/weight_source.h"
 #include "model/model.h"
@@ -67,6 +68,7 @@ class ModelRunner : public ModelExecutor {
   int max_context() const override { return model_->config().max_context; }
   size_t kv_bytes_per_block(int block_size) const override;
   Status allocate_kv_cache(const KvCacheConfig& cfg) override;
+  Status warm_up(const WarmUpOptions& options) override;
   Status execute(const ForwardBatch& batch, std::vector<float>& logits) override;
   // On the CPU, and on CUDA unless EMBER_GPU_SAMPLE=0.
   bool can_execute_argmax() const override { return device_argmax_; }

@@ -416,6 +416,73 @@ TEST(CudaModel, PipelinedArgmaxEqualsStepByStep) {
   EXPECT_FALSE(b->collect_argmax(got).is_ok()) << "nothing is queued any more";
 }
 
+// ModelRunner::warm_up captures the decode graphs of 1..N sequences before any request, and
+// sizes the buffers so that a prompt step within the limits does not drop them: the decode
+// steps that follow replay those graphs (no new ones) and give the logits of a runner that
+// captured its graphs on the way.
+TEST(CudaModel, WarmUpCapturesDecodeGraphsUpFront) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = kFixtures + "/llama3/hf-bf16";
+  const int bpb = 4, n = 3;
+  auto warm = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n));
+  auto cold = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n));
+  ASSERT_TRUE(warm && cold);
+  WarmUpOptions wo;
+  wo.max_tokens = 48;
+  wo.max_seqs = n;
+  int reported = 0;
+  wo.progress = [&](int done, int total) {
+    EXPECT_EQ(total, 2 * n);  // an eager pass over the batch sizes, then the captures
+    reported = done;
+  };
+  ASSERT_TRUE(warm->warm_up(wo).is_ok());
+  EXPECT_EQ(reported, 2 * n);
+  EXPECT_EQ(warm->num_cuda_graphs(), static_cast<size_t>(n));
+  EXPECT_EQ(cold->num_cuda_graphs(), 0u);
+
+  const int vocab = warm->vocab_size();
+  const auto prompts = random_prompts(vocab, 7, n, 5, 4);  // 5, 9 and 13 tokens: 27 in one step
+  Seqs sw(16, bpb, n), sc(16, bpb, n);
+  std::vector<float> lw, lc;
+  ASSERT_TRUE(sw.step(*warm, prompts, false, lw).is_ok());
+  ASSERT_TRUE(sc.step(*cold, prompts, false, lc).is_ok());
+  EXPECT_EQ(warm->num_cuda_graphs(), static_cast<size_t>(n)) << "the prompt step dropped the warm-up's graphs";
+  EXPECT_LE(rel_error(lw.data(), lc.data(), static_cast<int64_t>(lc.size())), 1e-6) << "prompt step";
+  // 3, then 2, then 1 sequences decoding (tokens from the cold runner's greedy picks).
+  for (int j = 0; j < 12; ++j) {
+    const int live = j < 6 ? 3 : j < 9 ? 2 : 1;
+    std::vector<std::vector<int32_t>> toks(n);
+    for (int s = 0; s < live; ++s) toks[static_cast<size_t>(s)] = {argmax(&lc[static_cast<size_t>(s) * vocab], vocab)};
+    ASSERT_TRUE(sw.step(*warm, toks, false, lw).is_ok());
+    ASSERT_TRUE(sc.step(*cold, toks, false, lc).is_ok());
+    ASSERT_EQ(lw.size(), lc.size());
+    EXPECT_LE(rel_error(lw.data(), lc.data(), static_cast<int64_t>(lc.size())), 1e-6) << "decode step " << j;
+  }
+  EXPECT_EQ(warm->num_cuda_graphs(), static_cast<size_t>(n)) << "decode steps captured graphs the warm-up had";
+  EXPECT_GE(cold->num_cuda_graphs(), 1u);
+
+  // At Llama-3-8B shapes (EMBER_CUDA_TEST_MODEL) batches of up to 16 split the decode
+  // attention over the keys, into a workspace larger batches do not use: every graph must
+  // survive that (a warm-up that captured largest first kept only 16 of 256).
+  if (const char* big = std::getenv("EMBER_CUDA_TEST_MODEL")) {
+    auto r = load_runner(big, "cuda", DType::BF16, 64);
+    ASSERT_TRUE(r);
+    WarmUpOptions wb;
+    wb.max_tokens = 256;
+    wb.max_seqs = 40;
+    wb.graph_seqs = 40;  // (past the default 16)
+    ASSERT_TRUE(r->warm_up(wb).is_ok());
+    EXPECT_EQ(r->num_cuda_graphs(), 40u);
+  }
+
+  RunnerOptions ro;
+  ro.device = "cuda";
+  ro.kv_dtype = DType::BF16;
+  auto unallocated = ModelRunner::load(path, ro);
+  ASSERT_TRUE(unallocated.is_ok()) << unallocated.message();
+  EXPECT_FALSE((*unallocated)->warm_up(wo).is_ok()) << "warm_up before allocate_kv_cache";
+}
+
 // The engine with pipelined greedy decode on the GPU (EngineConfig::Pipeline::kAuto) gives the
 // same outputs as with it off, for requests that end at different lengths and join late.
 TEST(CudaModel, PipelinedEngineEqualsSynchronous) {

@@ -25,6 +25,13 @@ Status FakeExecutor::allocate_kv_cache(const KvCacheConfig& cfg) {
   return Status::ok();
 }
 
+Status FakeExecutor::warm_up(const WarmUpOptions& options) {
+  if (slots_.empty()) error("warm_up before allocate_kv_cache");
+  if (n_steps_ > 0) error("warm_up after a step");
+  warm_ups_.push_back(options);
+  return opt_.fail_warm_up ? Status::error("no device memory for the activations") : Status::ok();
+}
+
 void FakeExecutor::error(std::string message) {
   if (errors_.size() < 50) errors_.push_back(std::move(message));
 }

@@ -32,6 +32,8 @@ struct FakeExecutorOptions {
   // queues_quickly() answers false on every k-th call (0: never), as a GPU runner does for a
   // batch shape it has no graph of yet.
   int slow_queue_every = 0;
+  // warm_up() fails (a device that cannot reserve its buffers).
+  bool fail_warm_up = false;
 };
 
 // One row of an execute_sample call as the fake received it (the adjustment list copied).
@@ -50,6 +52,9 @@ class FakeExecutor : public ModelExecutor {
     return opt_.bytes_per_token * static_cast<size_t>(block_size);
   }
   Status allocate_kv_cache(const KvCacheConfig& cfg) override;
+  // Records the call (after allocate_kv_cache, before any step, or it fails).
+  Status warm_up(const WarmUpOptions& options) override;
+  const std::vector<WarmUpOptions>& warm_ups() const { return warm_ups_; }
   Status execute(const ForwardBatch& batch, std::vector<float>& logits) override;
   Status copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
   bool can_execute_argmax() const override { return opt_.device_argmax; }
@@ -117,6 +122,7 @@ class FakeExecutor : public ModelExecutor {
   int max_queued_ = 0;
   int n_fed_steps_ = 0;
   mutable int n_queue_questions_ = 0;
+  std::vector<WarmUpOptions> warm_ups_;
 };
 
 }  // namespace ember::testing

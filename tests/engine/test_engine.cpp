@@ -30,6 +30,41 @@ TEST(LlmEngine, GreedyMatchesReference) {
   EXPECT_EQ(te.engine->stats().kv_blocks_used, 0);
 }
 
+// The engine warms its executor up once, with the scheduler's limits, before any step; a
+// failed warm-up fails creation with a message that says so; warm_up = false skips it.
+TEST(LlmEngine, WarmsUpTheExecutorWithTheSchedulerLimits) {
+  {
+    EngineSetup s = default_setup();
+    s.config.warm_up_graph_seqs = 5;
+    TestEngine te = make_engine(s);
+    ASSERT_TRUE(te.engine);
+    ASSERT_EQ(te.fake->warm_ups().size(), 1u);
+    const WarmUpOptions& w = te.fake->warm_ups()[0];
+    EXPECT_EQ(w.max_tokens, 64);
+    EXPECT_EQ(w.max_seqs, 16);
+    EXPECT_EQ(w.graph_seqs, 5);
+    ASSERT_TRUE(te.engine->add_request(greedy_request("a", {5, 9, 3}, 4)).is_ok());
+    run_all(te);
+    EXPECT_EQ(te.fake->warm_ups().size(), 1u);
+    EXPECT_TRUE(te.fake->errors().empty()) << te.fake->errors()[0];
+  }
+  {
+    EngineSetup s = default_setup();
+    s.config.warm_up = false;
+    TestEngine te = make_engine(s);
+    ASSERT_TRUE(te.engine);
+    EXPECT_TRUE(te.fake->warm_ups().empty());
+  }
+  {
+    EngineSetup s = default_setup();
+    s.fake.fail_warm_up = true;
+    auto res = LlmEngine::create(std::make_unique<FakeExecutor>(s.fake), s.config);
+    ASSERT_FALSE(res.is_ok());
+    EXPECT_NE(res.message().find("warm-up"), std::string::npos) << res.message();
+    EXPECT_NE(res.message().find("no device memory"), std::string::npos) << res.message();
+  }
+}
+
 // Executors that pick greedy tokens themselves (GPU argmax) get every step whose requests are
 // all plain greedy; a request that needs the logits (logprobs, sampling, penalties, min_tokens
 // not yet reached) sends its steps through execute() and the host Sampler. Outputs are the
