@@ -6,7 +6,9 @@
 # Binaries built elsewhere: BIN_TAR (an .tar.xz of ember, test_cuda_backend, test_cuda_model,
 # test_cuda_sampling, bench_cuda_kernels); SETUP=1 unpacks the .deb files in DEB_DIR first
 # (see device-setup.sh). LOG_DIR (default $OUT) gets one log per part and summary.txt.
-#   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv),
+#   FORMATS (bf16 int4 fp8 int8), THROUGHPUT ("fp8:fp8_e4m3 auto:fp8_e4m3": weight format:kv;
+#   set either to the empty string to skip that part), SKIP_TESTS=1 (no tests, no decode
+#   kernel bench: a call that only measures),
 #   SMALL_BATCH (weight formats of an 8 x 128/256 run at concurrency 8; default none),
 #   MID_BATCH (weight formats of a 32 x 128/256 run at concurrency 32, where int4 / int8 decode
 #   steps take the packed GEMM; default none), LARGE_BATCH (weight formats of 128 and 256 x
@@ -26,27 +28,30 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; }
 start=$(date +%s)
 note "$(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null)"
-python3 "$root/tools/make_cuda_bench_weights.py" "$model-2layers" --layers 2 >/dev/null 2>&1
-python3 "$root/tools/make_cuda_bench_weights.py" "$model" >/dev/null 2>&1 &
+# (weights left by an earlier call on the same machine are reused)
+[ -f "$model-2layers/config.json" ] || python3 "$root/tools/make_cuda_bench_weights.py" "$model-2layers" --layers 2 >/dev/null 2>&1
+[ -f "$model/config.json" ] || python3 "$root/tools/make_cuda_bench_weights.py" "$model" >/dev/null 2>&1 &
 wpid=$!
 tests() {  # binary timeout
   EMBER_FIXTURES_DIR=$root/tests/fixtures EMBER_CUDA_TEST_MODEL=$model-2layers timeout "$2" "$bin/$1" >"$logs/$1.log" 2>&1
   note "$1: rc=$? $(grep -c '^\[       OK \]' "$logs/$1.log") ok, $(grep -c '^\[  FAILED  \] [A-Z]' "$logs/$1.log") failed ($(( $(date +%s) - start )) s)"
   grep -A6 "Failure" "$logs/$1.log" | head -24
 }
-tests test_cuda_backend 200
-tests test_cuda_sampling 150
-tests test_cuda_model 300
-timeout 120 "$bin/bench_cuda_kernels" decode >"$logs/kernels.log" 2>&1
-note "bench_cuda_kernels decode: rc=$?"
-grep -iE "decode-attn" "$logs/kernels.log" | head -20
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
+  tests test_cuda_backend 200
+  tests test_cuda_sampling 150
+  tests test_cuda_model 300
+  timeout 120 "$bin/bench_cuda_kernels" decode >"$logs/kernels.log" 2>&1
+  note "bench_cuda_kernels decode: rc=$?"
+  grep -iE "decode-attn" "$logs/kernels.log" | head -20
+fi
 wait "$wpid"
 note "weights ready after $(( $(date +%s) - start )) s"
-for f in ${FORMATS:-bf16 int4 fp8 int8}; do
+for f in ${FORMATS-bf16 int4 fp8 int8}; do
   timeout 120 "$bin/ember" bench speed -m "$model" --device cuda --weight-format "$f" -r 2 -p 128 -n 256 >>"$logs/speed.log" 2>&1
   note "bench speed -p 128 -n 256 --weight-format $f: rc=$? $(grep -E 'tg256' "$logs/speed.log" | tail -1 | tr -s ' ')"
 done
-for run in ${THROUGHPUT:-fp8:fp8_e4m3 auto:fp8_e4m3}; do
+for run in ${THROUGHPUT-fp8:fp8_e4m3 auto:fp8_e4m3}; do
   fmt=${run%%:*} kv=${run#*:}
   timeout 150 "$bin/ember" bench throughput -m "$model" --device cuda --weight-format "$fmt" --kv-dtype "$kv" \
     --num-requests 256 --concurrency 256 --input-len 1000 --output-len 1000 --max-num-seqs 256 \
