@@ -197,7 +197,7 @@ TEST_P(MatmulTest, ExtremeCodesStayExact) {
   // panel of 6 rows).
   for (DType t : kAllDtypes) {
     if (!dtype_is_quantized(t)) continue;
-    for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xff}}) {
+    for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xff}, uint8_t{0x80}}) {  // 0x80: Q8_0's -128
       for (float sign : {1.0f, -1.0f}) {
         for (int64_t n : {16, 70}) {
           const int64_t m = 19, k = 512;
