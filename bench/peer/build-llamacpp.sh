@@ -95,7 +95,8 @@ done
 log "building ${TARGETS[*]} with -j$JOBS (this takes many minutes on 2 cores)"
 nice -n 19 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" >&2
 
-{ echo "llama-cpp-python $LLAMACPP_PY_VER"; "$BIN/llama-bench" --version 2>&1 | head -3 || true; } \
+# (second line: the build flags compare.py records beside the results)
+{ echo "llama-cpp-python $LLAMACPP_PY_VER"; echo "GGML_NATIVE=$NATIVE"; "$BIN/llama-bench" --version 2>&1 | head -3 || true; } \
   > "$ROOT/.built"
 log "built: $BIN"
 echo "$BIN"

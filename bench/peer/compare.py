@@ -157,10 +157,15 @@ def main() -> int:
     reps = a.reps or (1 if a.quick else 3)
     bins = llama_bins()
     built = (bins.parents[1] / ".built")
+    built_lines = built.read_text().splitlines() if built.exists() else []
+    # (builds from before the flags line was written were all GGML_NATIVE=ON)
+    native = next((line for line in built_lines if line.startswith("GGML_NATIVE=")), "GGML_NATIVE=ON")
+    native_note = " (-march=native)" if native.endswith("ON") else " (portable: AVX2/FMA/F16C, no AVX-512)"
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
               "cpu": cpu_info(), "threads": a.threads,
               "llama_cpp": built.read_text().splitlines()[0] if built.exists() else "?",
-              "llama_cpp_flags": "Release, GGML_NATIVE=ON (-march=native), OpenMP, CPU backend only",
+              "llama_cpp_flags": f"Release, {native}{native_note}, OpenMP, CPU backend only",
+              "ember_cpu_isa": os.environ.get("EMBER_CPU_ISA", "auto (the widest this CPU has)"),
               "text": str(text.relative_to(REPO)) if text.is_relative_to(REPO) else str(text),
               "omp_wait_policy": ENV.get("OMP_WAIT_POLICY", "default (active spin)"),
               "ctx": ctx, "loadavg_1m_before": round(os.getloadavg()[0], 2),
