@@ -224,6 +224,7 @@ Status ModelRunner::allocate_kv_local(const KvCacheConfig& cfg) {
   return Status::ok();
 }
 
+#ifdef EMBER_HAVE_CUDA
 namespace {
 // A step of n sequences with one token each at position 0 (decode-shaped when tokens == 1,
 // else one prompt of `tokens` tokens in sequence 0 and n == 1), K/V in blocks 0.. (mod
@@ -248,6 +249,7 @@ ForwardBatch warm_up_batch(int n, int tokens, int n_blocks, int block_size) {
   return b;
 }
 }  // namespace
+#endif
 
 Status ModelRunner::warm_up(const WarmUpOptions& o) {
 #ifdef EMBER_HAVE_CUDA
