@@ -3,6 +3,8 @@
 #include "core/check.h"
 #include "model/layers.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace ember {
@@ -104,32 +106,28 @@ size_t Model::activation_bytes(int n_tokens, int n_logit_rows) const {
   return total;
 }
 
-Status Model::reserve_activations(int n_tokens, int n_logit_rows) {
-  if (n_tokens < 1 || n_logit_rows < 0)
-    return Status::errorf("reserve_activations: {} tokens, {} logit rows", n_tokens, n_logit_rows);
-  const size_t total = activation_bytes(n_tokens, n_logit_rows);
+Status Model::grow_scratch(size_t total) {
   if (total <= scratch_bytes_) return Status::ok();
-  scratch_.reset();
+  scratch_.reset();  // (free first: on a GPU the old and the new buffer may not both fit)
   scratch_bytes_ = 0;
   ++activation_epoch_;
   scratch_ = backend_.alloc(total);
-  if (!scratch_ || !scratch_->data())
-    return Status::errorf("cannot allocate {:.1f} MiB of activations for steps of {} tokens", total / 1048576.0,
-                          n_tokens);
+  if (!scratch_ || !scratch_->data()) return Status::errorf("cannot allocate {} bytes of activations", total);
   scratch_bytes_ = total;
   return Status::ok();
 }
 
+Status Model::reserve_activations(int n_tokens, int n_logit_rows) {
+  if (n_tokens < 1 || n_logit_rows < 0)
+    return Status::errorf("reserve_activations: {} tokens, {} logit rows", n_tokens, n_logit_rows);
+  return grow_scratch(activation_bytes(n_tokens, n_logit_rows))
+      .with_context(fmt::format("steps of {} tokens", n_tokens));
+}
+
 Model::Activations Model::activations(int n_tokens, int n_logit_rows) {
   const auto dims = activation_dims(config_, n_tokens, n_logit_rows);
-  const size_t total = activation_bytes(n_tokens, n_logit_rows);
-  if (total > scratch_bytes_) {
-    scratch_.reset();  // (free first: on a GPU the old and the new buffer may not both fit)
-    scratch_ = backend_.alloc(total);
-    EMBER_CHECK(scratch_ && (total == 0 || scratch_->data()), "cannot allocate {} bytes of activations", total);
-    scratch_bytes_ = total;
-    ++activation_epoch_;
-  }
+  const Status grown = grow_scratch(activation_bytes(n_tokens, n_logit_rows));
+  EMBER_CHECK(grown.is_ok(), "{}", grown.message());
   auto* base = static_cast<uint8_t*>(scratch_->data());
   std::vector<Tensor> ts;
   size_t off = 0;

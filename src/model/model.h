@@ -65,6 +65,8 @@ class Model {
  private:
   Model(ModelConfig config, Backend& backend) : full_config_(config), config_(std::move(config)), backend_(backend) {}
   Activations activations(int n_tokens, int n_logit_rows);
+  // The activation buffer grown to at least total bytes (moving it moves activation_epoch).
+  Status grow_scratch(size_t total);
 
   ModelConfig full_config_;
   ModelConfig config_;

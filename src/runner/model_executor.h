@@ -76,7 +76,7 @@ struct WarmUpOptions {
   // Each graph holds ~5 MB of device memory at Llama-3-8B shapes and serves block tables of
   // up to 16 blocks only, so larger batches (long contexts, mostly) keep capturing lazily.
   int graph_seqs = -1;
-  std::function<void(int done, int total)> progress;  // called per captured batch size
+  std::function<void(int done, int total)> progress;  // called per warm-up decode step
 };
 
 class ModelExecutor {
