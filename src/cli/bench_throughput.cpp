@@ -171,6 +171,11 @@ int run_throughput(const ThroughputOptions& o) {
                         "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_ms", "kv_unused_fraction",
                         "prefix_cache_hit_rate", "preemptions"})
     fmt::print("{:<24} {:>12.4f}\n", k, j[k].get<double>());
+  // CUDA graphs the run left captured (batch sizes x block-table widths; device memory each).
+  if (const auto* mr = dynamic_cast<const ModelRunner*>(&engine.executor()); mr && mr->num_cuda_graphs() > 0) {
+    j["decode_graphs"] = mr->num_cuda_graphs();
+    fmt::print("{:<24} {:>12}\n", "decode_graphs", mr->num_cuda_graphs());
+  }
   if (!o.json_path.empty()) std::ofstream(o.json_path) << j.dump(2) << "\n";
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "core/thread_pool.h"
 #include "core/log.h"
 #include "core/step_profile.h"
+#include "runner/decode_graph_shape.h"
 #ifdef EMBER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -84,19 +85,6 @@ bool is_decode_batch(const ForwardBatch& b) {
   for (int i = 0; i < n; ++i)
     if (b.query_start[i] != i || b.logit_rows[i] != i) return false;
   return b.query_start[n] == n;
-}
-
-// Block-table width of a graph: the next power of two >= 16 (so a sequence that grows keeps
-// its graph for a while).
-int width_bucket(int blocks) {
-  int w = 16;
-  while (w < blocks) w *= 2;
-  return w;
-}
-
-// A decode graph's key: its sequences and its block-table width (width_bucket).
-uint64_t decode_graph_key(int n_seqs, int width) {
-  return (static_cast<uint64_t>(n_seqs) << 32) | static_cast<uint64_t>(width);
 }
 
 // The registered host arrays belong to one execute call only.
@@ -183,6 +171,8 @@ Status ModelRunner::init_rank(const RunnerOptions& o, const ShardSpec& shard,
     cuda_ = cuda_step(*backend_);
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
     graphs_ = cuda_ && o.cuda_graphs && !(env && std::strcmp(env, "0") == 0);
+    const char* pad = std::getenv("EMBER_CUDA_GRAPH_PAD");  // 0: a graph for every batch size
+    graph_pad_ = !(pad && std::strcmp(pad, "0") == 0);
     graph_epoch_ = model_->activation_epoch();
     // (Final soft-capping is applied to the logits on the device, in the forward pass.)
     const char* gs = std::getenv("EMBER_GPU_SAMPLE");
@@ -259,8 +249,12 @@ Status ModelRunner::warm_up(const WarmUpOptions& o) {
     return Status::errorf("warm_up: step limits {} tokens, {} sequences", o.max_tokens, o.max_seqs);
   const auto t0 = std::chrono::steady_clock::now();
   const Result<GpuMemoryInfo> mem0 = cuda_->memory_info();
+  // Decode steps may now run in the graph of a larger batch, up to the limits the buffers
+  // are sized for here.
+  const int pad_cap = std::min({o.max_seqs, o.max_tokens, kMaxGraphBatch});
   EMBER_RETURN_IF_ERROR(on_all_ranks([&](ModelRunner& r, int) {
     r.cuda_->make_current();
+    r.graph_pad_cap_ = r.graph_pad_ ? pad_cap : 0;
     return r.model_->reserve_activations(o.max_tokens, o.max_seqs);
   }));
   std::vector<int32_t> ids;
@@ -272,17 +266,21 @@ Status ModelRunner::warm_up(const WarmUpOptions& o) {
   EMBER_RETURN_IF_ERROR(run(warm_up_batch(1, prompt, kv_.n_blocks, kv_.block_size)).with_context("warm-up prompt step"));
   int graph_seqs = o.graph_seqs < 0 ? kDefaultWarmUpGraphs : o.graph_seqs;
   graph_seqs = graphs_ ? std::min({graph_seqs, o.max_seqs, kMaxGraphBatch}) : 0;
+  // The graphs steps of 1..graph_seqs sequences run in (padded sizes past 16).
+  const std::vector<int> sizes = graph_seqs > 0 ? decode_graph_sizes(graph_seqs, graph_pad_cap_) : std::vector<int>{};
+  const int n_sizes = static_cast<int>(sizes.size());
   // An eager step of every batch size first, then the captures: the sizes do not need the
   // same workspaces (small batches split the decode attention over the keys, into a buffer
   // larger ones never use), and growing one drops every graph captured before.
   for (int pass = 0; pass < 2; ++pass)
-    for (int n = graph_seqs; n >= 1; --n) {
+    for (int i = 0; i < n_sizes; ++i) {
+      const int n = sizes[static_cast<size_t>(i)];
       const ForwardBatch b = warm_up_batch(n, 1, kv_.n_blocks, kv_.block_size);
       EMBER_RETURN_IF_ERROR(run(b).with_context(fmt::format("warm-up decode step of {} sequences", n)));
-      if (o.progress) o.progress(pass * graph_seqs + graph_seqs - n + 1, 2 * graph_seqs);
+      if (o.progress) o.progress(pass * n_sizes + i + 1, 2 * n_sizes);
     }
-  if (cuda_->num_graphs() < static_cast<size_t>(graph_seqs))
-    EMBER_LOG_WARN("cuda: warm-up kept {} of {} decode graphs", cuda_->num_graphs(), graph_seqs);
+  if (cuda_->num_graphs() < sizes.size())
+    EMBER_LOG_WARN("cuda: warm-up kept {} of {} decode graphs", cuda_->num_graphs(), sizes.size());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Result<GpuMemoryInfo> mem1 = cuda_->memory_info();
   const double used_mib = mem0.is_ok() && mem1.is_ok()
@@ -375,18 +373,35 @@ void ModelRunner::sync_activation_epoch() {
   graph_epoch_ = model_->activation_epoch();
 }
 
+namespace {
+// The first `rows` rows of a step's logits (the rest belong to padding sequences).
+Tensor first_rows(Tensor t, int rows) {
+  if (t.valid() && t.n_dims >= 1 && t.shape[0] > rows) t.shape[0] = rows;
+  return t;
+}
+}  // namespace
+
 Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
-  const int n = batch.n_seqs();
-  const int w = width_bucket(batch.max_blocks_per_seq);
-  padded_.token_ids = batch.token_ids;
-  padded_.positions = batch.positions;
-  padded_.slot_mapping = batch.slot_mapping;
-  padded_.query_start = batch.query_start;
-  padded_.seq_lens = batch.seq_lens;
-  padded_.logit_rows = batch.logit_rows;
+  const int real = batch.n_seqs();
+  const int n = padded_decode_seqs(real, graph_pad_cap_);
+  const int w = decode_width_bucket(batch.max_blocks_per_seq);
+  // Padding sequences (real..n-1): one token 0 at position 0 whose K/V is not stored (slot
+  // -1), attending to one key of block 0, its logit row computed and not returned. Rows never
+  // mix in a forward pass, so whatever that key holds stays in the padding rows.
+  const size_t pad = static_cast<size_t>(n - real);
+  auto padded = [&](std::vector<int32_t>& dst, const std::vector<int32_t>& src, auto value) {
+    dst.assign(src.begin(), src.end());
+    for (size_t i = 0; i < pad; ++i) dst.push_back(value(static_cast<int32_t>(real + i)));
+  };
+  padded(padded_.token_ids, batch.token_ids, [](int32_t) { return 0; });
+  padded(padded_.positions, batch.positions, [](int32_t) { return 0; });
+  padded(padded_.slot_mapping, batch.slot_mapping, [](int32_t) { return -1; });
+  padded(padded_.query_start, batch.query_start, [](int32_t i) { return i + 1; });
+  padded(padded_.seq_lens, batch.seq_lens, [](int32_t) { return 1; });
+  padded(padded_.logit_rows, batch.logit_rows, [](int32_t i) { return i; });
   padded_.max_blocks_per_seq = w;
   padded_.block_tables.assign(static_cast<size_t>(n) * static_cast<size_t>(w), 0);
-  for (int s = 0; s < n; ++s)
+  for (int s = 0; s < real; ++s)
     std::memcpy(padded_.block_tables.data() + static_cast<size_t>(s) * w,
                 batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks_per_seq,
                 sizeof(int32_t) * static_cast<size_t>(batch.max_blocks_per_seq));
@@ -395,7 +410,7 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
   sync_activation_epoch();
   cuda_->set_step_metadata(step_arrays(padded_, feed_));
   EMBER_RETURN_IF_ERROR(apply_feed(padded_));
-  if (cuda_->launch_graph(key)) return graph_state_[key].logits;
+  if (cuda_->launch_graph(key)) return first_rows(graph_state_[key].logits, real);
   // Decode attention plans for the longest sequence this width allows, so the graph stays
   // right as sequences grow (the warm-up step plans the same, so buffers are sized for it).
   cuda_->set_decode_kv_bound(w * kv_.block_size);
@@ -412,17 +427,16 @@ Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
     if (cs.is_ok() && cuda_->launch_graph(key)) {
       st.logits = *r;
       st.captured = true;
-      return r;
+      return first_rows(*r, real);
     }
     EMBER_LOG_WARN("cuda: decode graph for batch {} not used: {}", n, cs.is_ok() ? "launch failed" : cs.message());
     st.failed = true;
   }
   auto r = model_->enqueue_forward(padded_, kv_);  // eager (nothing ran during a capture)
-  if (r.is_ok()) {
-    sync_activation_epoch();  // this step may have moved the activation buffers
-    graph_state_[key].warm = true;
-  }
-  return r;
+  if (!r.is_ok()) return r;
+  sync_activation_epoch();  // this step may have moved the activation buffers
+  graph_state_[key].warm = true;
+  return first_rows(*r, real);
 }
 
 Status ModelRunner::apply_feed(const ForwardBatch& batch) {
@@ -508,7 +522,8 @@ Status ModelRunner::enqueue_argmax(const ForwardBatch& batch, std::span<const in
 
 bool ModelRunner::queues_quickly(const ForwardBatch& batch) const {
   if (cuda_ == nullptr || !graphs_ || !is_decode_batch(batch)) return false;
-  auto it = graph_state_.find(decode_graph_key(batch.n_seqs(), width_bucket(batch.max_blocks_per_seq)));
+  auto it = graph_state_.find(decode_graph_key(padded_decode_seqs(batch.n_seqs(), graph_pad_cap_),
+                                               decode_width_bucket(batch.max_blocks_per_seq)));
   return it != graph_state_.end() && it->second.captured && model_->activation_epoch() == graph_epoch_;
 }
 

@@ -10,9 +10,11 @@
 // On a CUDA backend a step uploads its metadata once (CudaStep::set_step_metadata), runs the
 // forward pass and downloads the logits: that download is the step's only host sync. Decode
 // steps (one new token per sequence, every row's logits) run as CUDA graphs, one per (batch
-// size, block-table width bucket): the first step of a shape runs eagerly (it sizes every
-// buffer), the second captures the graph, later ones replay it. warm_up does both for batch
-// sizes 1..N (short block tables) before the first request.
+// size, block-table width bucket; runner/decode_graph_shape.h): the first step of a shape
+// runs eagerly (it sizes every buffer), the second captures the graph, later ones replay it.
+// warm_up does both for batch sizes 1..N (short block tables) before the first request, and
+// from then on a batch past 16 sequences runs in the graph of the next multiple of 8, with
+// padding sequences whose rows are dropped.
 #include "backend/backend.h"
 #include "loader/weight_source.h"
 #include "model/model.h"
@@ -164,7 +166,9 @@ class ModelRunner : public ModelExecutor {
   };
   std::map<uint64_t, GraphState> graph_state_;
   uint64_t graph_epoch_ = 0;  // model activation epoch the graphs were captured at
-  ForwardBatch padded_;       // decode batch with block tables padded to the bucket width
+  ForwardBatch padded_;       // decode batch padded to its graph's batch size and width
+  bool graph_pad_ = true;     // EMBER_CUDA_GRAPH_PAD=0: a graph for every batch size
+  int graph_pad_cap_ = 0;     // largest padded batch (warm_up's limits; 0 before it: no padding)
 
   // Tensor parallel: ranks 1..n-1 (peers_[r - 1]) and the threads that run them.
   std::vector<std::unique_ptr<ModelRunner>> peers_;

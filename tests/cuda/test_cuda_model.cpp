@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/npy.h"
 #include "engine/engine.h"
+#include "runner/decode_graph_shape.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
 
@@ -470,9 +471,10 @@ TEST(CudaModel, WarmUpCapturesDecodeGraphsUpFront) {
     WarmUpOptions wb;
     wb.max_tokens = 256;
     wb.max_seqs = 40;
-    wb.graph_seqs = 40;  // (past the default 16)
+    wb.graph_seqs = 40;  // (past the default 16: 17..40 run in the graphs of 24, 32 and 40)
     ASSERT_TRUE(r->warm_up(wb).is_ok());
-    EXPECT_EQ(r->num_cuda_graphs(), 40u);
+    EXPECT_EQ(r->num_cuda_graphs(), decode_graph_sizes(40, 40).size());
+    EXPECT_EQ(r->num_cuda_graphs(), 19u);
   }
 
   RunnerOptions ro;
@@ -481,6 +483,84 @@ TEST(CudaModel, WarmUpCapturesDecodeGraphsUpFront) {
   auto unallocated = ModelRunner::load(path, ro);
   ASSERT_TRUE(unallocated.is_ok()) << unallocated.message();
   EXPECT_FALSE((*unallocated)->warm_up(wo).is_ok()) << "warm_up before allocate_kv_cache";
+}
+
+// After warm_up, a decode batch of 17-24 sequences runs in the graph of 24 (padding sequences
+// whose rows are dropped): its logits, device argmax and pipelined argmax equal those of a
+// runner that runs each batch size as it is, as the batch shrinks from 19 to 17 sequences,
+// and the padded runner captures one graph for all three sizes.
+TEST(CudaModel, PaddedDecodeGraphEqualsExactBatch) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = kFixtures + "/llama3/hf-bf16";
+  const int bpb = 2, n = 19;
+  auto pad = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n));
+  auto exact = load_runner(path, "cuda", DType::BF16, Seqs::blocks_needed(bpb, n));
+  ASSERT_TRUE(pad && exact);
+  WarmUpOptions wo;
+  wo.max_tokens = 64;
+  wo.max_seqs = 24;
+  wo.graph_seqs = 0;  // (no graphs yet: the decode steps below capture them)
+  ASSERT_TRUE(pad->warm_up(wo).is_ok());
+  ASSERT_EQ(pad->num_cuda_graphs(), 0u);
+  const int vocab = pad->vocab_size();
+  const auto prompts = random_prompts(vocab, 31, n, 1, 0);  // one token each: a decode-shaped step
+  Seqs sp(16, bpb, n), se(16, bpb, n);
+  std::vector<float> lp, le;
+  ASSERT_TRUE(sp.step(*pad, prompts, false, lp).is_ok());
+  ASSERT_TRUE(se.step(*exact, prompts, false, le).is_ok());
+  ASSERT_EQ(lp.size(), le.size());
+  ASSERT_EQ(lp.size(), static_cast<size_t>(n) * vocab) << "the padding rows' logits were returned";
+  EXPECT_LE(rel_error(lp.data(), le.data(), static_cast<int64_t>(le.size())), 2e-3);
+  int distinct = 0;
+  for (int j = 0; j < 9; ++j) {  // 19, 18, 17 live sequences, three steps each (eager, capture, replay)
+    const int live = n - j / 3;
+    std::vector<std::vector<int32_t>> toks(n);
+    for (int s = 0; s < live; ++s) toks[static_cast<size_t>(s)] = {argmax(&le[static_cast<size_t>(s) * vocab], vocab)};
+    for (int s = 1; s < live; ++s) distinct += toks[static_cast<size_t>(s)] != toks[0];
+    if (j % 3 == 2) {  // the same step with the argmax on the device
+      std::vector<int32_t> ip, ie;
+      Seqs cp = sp, ce = se;
+      ASSERT_TRUE(cp.step_argmax(*pad, toks, false, ip).is_ok());
+      ASSERT_TRUE(ce.step_argmax(*exact, toks, false, ie).is_ok());
+      EXPECT_EQ(ip, ie) << "device argmax, step " << j;
+      EXPECT_EQ(static_cast<int>(ip.size()), live);
+    }
+    ASSERT_TRUE(sp.step(*pad, toks, false, lp).is_ok());
+    ASSERT_TRUE(se.step(*exact, toks, false, le).is_ok());
+    ASSERT_EQ(lp.size(), static_cast<size_t>(live) * vocab) << "step " << j;
+    ASSERT_EQ(lp.size(), le.size());
+    EXPECT_LE(rel_error(lp.data(), le.data(), static_cast<int64_t>(le.size())), 2e-3) << "decode step " << j;
+    for (int s = 0; s < live; ++s)
+      EXPECT_EQ(argmax(&lp[static_cast<size_t>(s) * vocab], vocab), argmax(&le[static_cast<size_t>(s) * vocab], vocab))
+          << "step " << j << " sequence " << s;
+  }
+  EXPECT_GT(distinct, 0) << "every sequence fed the same token: mixed-up rows would go unseen";
+  EXPECT_EQ(pad->num_cuda_graphs(), 1u) << "19, 18 and 17 sequences should share the graph of 24";
+  EXPECT_GE(exact->num_cuda_graphs(), 3u);
+  // Pipelined: a padded step queued with its feed, then the next one fed from its rows.
+  ASSERT_TRUE(pad->can_pipeline_argmax());
+  std::vector<std::vector<int32_t>> toks(n);
+  const int live = 17;
+  for (int s = 0; s < live; ++s) toks[static_cast<size_t>(s)] = {argmax(&le[static_cast<size_t>(s) * vocab], vocab)};
+  Seqs ce = se;
+  std::vector<int32_t> want1, want2, got;
+  ASSERT_TRUE(ce.step_argmax(*exact, toks, false, want1).is_ok());
+  std::vector<std::vector<int32_t>> next(n);
+  for (int s = 0; s < live; ++s) next[static_cast<size_t>(s)] = {want1[static_cast<size_t>(s)]};
+  ASSERT_TRUE(ce.step_argmax(*exact, next, false, want2).is_ok());
+  ASSERT_TRUE(pad->enqueue_argmax(sp.batch_of(toks, false), {}).is_ok());
+  std::vector<std::vector<int32_t>> placeholders(n);
+  std::vector<int32_t> feed;
+  for (int s = 0; s < live; ++s) {
+    placeholders[static_cast<size_t>(s)] = {0};
+    feed.push_back(s);
+  }
+  ASSERT_TRUE(pad->enqueue_argmax(sp.batch_of(placeholders, false), feed).is_ok());
+  ASSERT_TRUE(pad->collect_argmax(got).is_ok());
+  EXPECT_EQ(got, want1) << "pipelined padded step";
+  ASSERT_TRUE(pad->collect_argmax(got).is_ok());
+  EXPECT_EQ(got, want2) << "pipelined padded step fed on the device";
+  EXPECT_EQ(pad->num_cuda_graphs(), 1u);
 }
 
 // The engine with pipelined greedy decode on the GPU (EngineConfig::Pipeline::kAuto) gives the
