@@ -267,7 +267,7 @@ Status ModelRunner::warm_up(const WarmUpOptions& o) {
   int graph_seqs = o.graph_seqs < 0 ? kDefaultWarmUpGraphs : o.graph_seqs;
   graph_seqs = graphs_ ? std::min({graph_seqs, o.max_seqs, kMaxGraphBatch}) : 0;
   // The graphs steps of 1..graph_seqs sequences run in (padded sizes past 16).
-  const std::vector<int> sizes = graph_seqs > 0 ? decode_graph_sizes(graph_seqs, graph_pad_cap_) : std::vector<int>{};
+  const std::vector<int> sizes = decode_graph_sizes(graph_seqs, graph_pad_cap_);
   const int n_sizes = static_cast<int>(sizes.size());
   // An eager step of every batch size first, then the captures: the sizes do not need the
   // same workspaces (small batches split the decode attention over the keys, into a buffer
@@ -373,6 +373,10 @@ void ModelRunner::sync_activation_epoch() {
   graph_epoch_ = model_->activation_epoch();
 }
 
+std::pair<int, int> ModelRunner::decode_graph_shape(const ForwardBatch& batch) const {
+  return {padded_decode_seqs(batch.n_seqs(), graph_pad_cap_), decode_width_bucket(batch.max_blocks_per_seq)};
+}
+
 namespace {
 // The first `rows` rows of a step's logits (the rest belong to padding sequences).
 Tensor first_rows(Tensor t, int rows) {
@@ -383,8 +387,7 @@ Tensor first_rows(Tensor t, int rows) {
 
 Result<Tensor> ModelRunner::run_decode_graph(const ForwardBatch& batch) {
   const int real = batch.n_seqs();
-  const int n = padded_decode_seqs(real, graph_pad_cap_);
-  const int w = decode_width_bucket(batch.max_blocks_per_seq);
+  const auto [n, w] = decode_graph_shape(batch);
   // Padding sequences (real..n-1): one token 0 at position 0 whose K/V is not stored (slot
   // -1), attending to one key of block 0, its logit row computed and not returned. Rows never
   // mix in a forward pass, so whatever that key holds stays in the padding rows.
@@ -522,8 +525,8 @@ Status ModelRunner::enqueue_argmax(const ForwardBatch& batch, std::span<const in
 
 bool ModelRunner::queues_quickly(const ForwardBatch& batch) const {
   if (cuda_ == nullptr || !graphs_ || !is_decode_batch(batch)) return false;
-  auto it = graph_state_.find(decode_graph_key(padded_decode_seqs(batch.n_seqs(), graph_pad_cap_),
-                                               decode_width_bucket(batch.max_blocks_per_seq)));
+  const auto [n, w] = decode_graph_shape(batch);
+  auto it = graph_state_.find(decode_graph_key(n, w));
   return it != graph_state_.end() && it->second.captured && model_->activation_epoch() == graph_epoch_;
 }
 

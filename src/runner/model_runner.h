@@ -26,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace ember {
 
@@ -131,6 +132,8 @@ class ModelRunner : public ModelExecutor {
   // After the step metadata is set: queue feed_'s token replacement (nothing when empty).
   Status apply_feed(const ForwardBatch& batch);
   Result<Tensor> run_decode_graph(const ForwardBatch& batch);
+  // The (batch size, block-table width) of the graph a decode batch runs in.
+  std::pair<int, int> decode_graph_shape(const ForwardBatch& batch) const;
   void sync_activation_epoch();
 
   std::shared_ptr<WeightSource> source_;  // shared by the ranks
