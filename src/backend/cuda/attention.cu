@@ -1,6 +1,7 @@
 // Tensor-core paged attention (decode with split-K and GQA packing; tiled prefill) and the
 // split merge. See attention.cuh for the scheme; the comments here say why each step is so.
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/probe.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // from the rope's registers measured slower: 473.)
   constexpr bool kMayRope = kDecode && !kIsFp8;
   const bool rope = kMayRope && a.rope.active;  // (block-uniform)
+  if constexpr (kDecode) EMBER_PROBE_MARK(2, 0, blockIdx.y, blockIdx.x, blockIdx.z);
   pdl_enter_or_defer(rope, kDecode && a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
@@ -182,7 +184,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         cp_async_commit();
       }
       pdl_finish_deferred(a.pdl_release_early);
+      EMBER_PROBE_MARK(2, 1, first_st, blockIdx.x, blockIdx.z);
       decode_rope_store<T, D>(a, q0, n_rows, G, kh);
+      EMBER_PROBE_MARK(2, 2, n_tiles, blockIdx.x, blockIdx.z);
     }
   }
 #pragma unroll
@@ -203,6 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   }
 
   __syncthreads();  // Q tile written
+  if constexpr (kDecode) EMBER_PROBE_MARK(2, 3, n_tiles, blockIdx.x, blockIdx.z);
 
   // ---- Q fragments stay in registers for the whole key loop.
   const int wrow0 = kDecode ? 0 : warp * 16;
@@ -229,6 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     cp_async_wait<kStages - 2>();
     if constexpr (kIsFp8) widen(stage, t & 1);  // slot t & 1 was last read for tile t - 2
     __syncthreads();  // tile t visible to all; everyone is done reading tile t - 1
+    if constexpr (kDecode) EMBER_PROBE_MARK(2, 4, t, blockIdx.x, blockIdx.z);
     if (t + kStages - 1 < n_tiles) {
       issue(issue_stage);  // into the stage tile t - 1 used
       if (t + kStages < n_tiles) load_ids();
@@ -308,7 +314,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     }
     store_warp_state(s_m, s_l, warp, lane, m_a, m_b, l_a, l_b);
     __syncthreads();
+    EMBER_PROBE_MARK(2, 5, n_tiles, blockIdx.x, blockIdx.z);
     finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; });
+    EMBER_PROBE_MARK(2, 7, n_tiles, blockIdx.x, blockIdx.z);
   }
 }
 

@@ -6,6 +6,9 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/sample.cuh"
+#ifdef EMBER_PROBE
+#include "backend/cuda/probe.cuh"
+#endif
 #include "core/log.h"
 
 #include <algorithm>
@@ -298,6 +301,9 @@ bool CudaBackend::launch_graph(uint64_t key) {
     return false;
   }
   flush();
+#ifdef EMBER_PROBE
+  probe::before_graph(stream_);
+#endif
   EMBER_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   return true;
 }

@@ -6,6 +6,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/fp8_rows.cuh"
 #include "backend/cuda/norm_stage.cuh"
+#include "backend/cuda/probe.cuh"
 
 #include <algorithm>
 #include <type_traits>
@@ -110,6 +111,7 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
                                     const W* __restrict__ w, float eps, float* out, int64_t d, GemmRowsOut ro,
                                     bool release_early) {
   const int n4 = static_cast<int>(d / 4);
+  EMBER_PROBE_MARK(5, 0, kAdd, d, 0);
   // The norm's weights before the PDL wait: model constants, which the previous kernels' weight
   // stream has evicted from L2, so loaded after it they were a DRAM latency on the critical path.
   float4 wv[V];
@@ -154,6 +156,7 @@ __global__ void rms_norm_reg_kernel(const float* a, const float* b, float* sum,
     __shared__ float s_max[32];
     store_row_fp8(v, n4, blockIdx.x, ro.fq, s_max);
   }
+  EMBER_PROBE_MARK(5, 7, kAdd, d, 0);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -11,6 +11,7 @@
 // of a decode step.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/probe.cuh"
 #include "backend/cuda/smem_limit.h"
 
 namespace ember::cuda {
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
   constexpr bool kAllWarps = kSmemX || KS > 1;  // every warp reaches the block barriers
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int kpart = warp % KS;  // which slabs of the rows this warp takes
+  EMBER_PROBE_MARK(4, 0, kGlu, A.n_tasks, A.k);
   int64_t task = blockIdx.x * int64_t{kWarps / KS} + warp / KS;
   const bool active = task < A.n_tasks;
   // (idle warps that must reach a barrier redo the last task and store nothing)
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
   const int64_t first = lane + int64_t{kpart} * kSlab;
   load(first);
   pdl_wait();  // no-op without a dependency
+  EMBER_PROBE_MARK(4, 2, kGlu, A.n_tasks, A.k);
   pdl_launch_dependents();
   const float* x = A.x;
   extern __shared__ float4 s_x[];  // [N * k / 4] when kSmemX
@@ -166,6 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
         acc[r][j] = sum;  // (no warp_sum below: lane 0, which stores, holds the total)
       }
   }
+  EMBER_PROBE_MARK(4, 6, kGlu, A.n_tasks, A.k);
   if (!active) return;
 #pragma unroll
   for (int r = 0; r < R; ++r)

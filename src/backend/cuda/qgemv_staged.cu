@@ -39,6 +39,7 @@
 #include "backend/cuda/norm_stage.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/qgemm_common.cuh"
+#include "backend/cuda/probe.cuh"
 
 #include <cooperative_groups.h>
 
@@ -502,6 +503,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
   extern __shared__ __align__(16) uint8_t smem_all[];
+  EMBER_PROBE_MARK(1, 0, kGlu, A.n_tiles * 16, A.k);
   __shared__ float4 red[2][kWarps][32][S];
   __shared__ float s_part[kXNormMaxRows * 32], s_inv[kXNormMaxRows];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -544,7 +546,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
       reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
+  EMBER_PROBE_MARK(1, 1, kGlu, A.n_tiles * 16, A.k);
   pdl_wait();
+  EMBER_PROBE_MARK(1, 2, kGlu, A.n_tiles * 16, A.k);
   pdl_launch_dependents();
   if (A.warp_stage) {
     if (A.norm.w) stage_x_warp<F, 2>(A, u_off, n_units, smem, s_part, s_inv);
@@ -554,6 +558,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     stage_x<F>(A, smem, s_part, s_inv);
     __syncthreads();
   }
+  EMBER_PROBE_MARK(1, 3, kGlu, A.n_tiles * 16, A.k);
 
   // This lane's B fragments: batch row g, or the zero block (which does not move with the unit).
   const bool xrow = g < A.n;  // (x region: see stage_x)
@@ -635,9 +640,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
         }
       }
     }
+    EMBER_PROBE_MARK(1, 4, tile, A.n_tiles * 16, A.k);
 #pragma unroll
     for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
     __syncthreads();
+    EMBER_PROBE_MARK(1, 5, tile, A.n_tiles * 16, A.k);
     if constexpr (!kCl) {
       if (threadIdx.x < 128) {
         const int l = threadIdx.x / 4, v = threadIdx.x % 4;
@@ -655,6 +662,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
           store_tile_result<kGlu>(A, t.sg, t.col * t.sg.m + t.row, sum, bias_v, out_v);
         }
       }
+      EMBER_PROBE_MARK(1, 6, tile, A.n_tiles * 16, A.k);
     } else {
       // Cluster: each block sums its warps, then the owner adds the blocks' sums in rank order
       // (each thread's loads all issued first), so the result does not depend on timing. The
@@ -706,6 +714,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     }
     buf ^= 1;  // the next tile writes the other buffer; the barrier above orders the reuse
   }
+  EMBER_PROBE_MARK(1, 7, kGlu, A.n_tiles * 16, A.k);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCl) cooperative_groups::this_cluster().sync();  // no block leaves while its sums may be read
 #endif
