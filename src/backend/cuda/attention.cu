@@ -175,6 +175,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // Prologue: tiles 0 .. kStages - 2 in flight, one commit group each (empty past the end,
   // so that the group count per iteration stays uniform for cp.async.wait_group).
   int first_st = 0;
+  bool ids_early = false;  // the block ids of stage first_st are loaded
   if constexpr (kMayRope) {
     if (rope) {
       for (; first_st < kStages - 1 && first_st < n_tiles && t_begin + (first_st + 1) * kTileKeys <= pos_base;
@@ -183,6 +184,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
         issue(first_st);
         cp_async_commit();
       }
+      // The ids of the tile with the new keys too (step metadata): only its copy waits for the
+      // store below, no longer behind a block-table load after it.
+      ids_early = first_st < kStages - 1 && first_st < n_tiles;
+      if (ids_early) load_ids();
       pdl_finish_deferred(a.pdl_release_early);
       EMBER_PROBE_MARK(2, 1, first_st, blockIdx.x, blockIdx.z);
       decode_rope_store<T, D>(a, q0, n_rows, G, kh);
@@ -193,7 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < first_st) continue;
     if (st < n_tiles) {
-      load_ids();
+      if (!ids_early || st != first_st) load_ids();
       issue(st);
     }
     cp_async_commit();
