@@ -31,8 +31,8 @@
 // EMBER_CUDA_ATTN_FILL=0 keeps decode attention's key-range splits at >= 4 tiles even when the
 // launch leaves SMs idle (PagedAttnArgs::fill_gpu). EMBER_CUDA_GEMV_VARIANT and
 // EMBER_CUDA_DECODE_SPLITS force a GEMV tiling / a decode split count (tuning experiments).
-// EMBER_CUDA_QGEMV_WARP_STAGE=0 stages the packed GEMV's x block-wide (qgemv_staged.cu) instead
-// of warp by warp. EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
+// EMBER_CUDA_QGEMV_NORM_ONE=0 keeps the packed GEMV's block-wide norm sums at one batch row
+// (qgemv_staged.cu, XStage). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
 // NCCL too instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"

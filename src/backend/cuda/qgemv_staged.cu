@@ -15,7 +15,8 @@
 //     out so that a lane's B fragments for a unit are 2-4 conflict-free 16-byte loads (the
 //     slice of lane t at j * 64 + t * 16 of the unit); batch rows >= n read a zero block. Each
 //     warp converts only the units it multiplies (stage_x_warp), so no block barrier stands
-//     between a warp's x and its first weights.
+//     between a warp's x and its first weights. The staging is a template parameter
+//     (XStage): each kernel holds only the path it runs (see the kernel).
 //   - the grid is persistent (at most the resident blocks; a block loops over tiles with
 //     stride gridDim.x), so x is staged once per block, and the loads of the next tile's
 //     first units are issued before the current tile's reduction.
@@ -71,7 +72,7 @@ constexpr int kZeroBytes = 256;  // zero B fragments for batch rows >= n
 constexpr size_t max_smem(QFormat f) { return ring_bytes(f, 8) + 64 * 1024; }
 constexpr int kMaxCluster = 8;  // blocks of a cluster that split a tile's units (k)
 // The kernel's static shared memory for S streams (reduction buffers `red`, the norm's sums in
-// stage_x), and the dynamic shared memory under which two of its blocks fit an H100 / H200 SM
+// the staging), and the dynamic shared memory under which two of its blocks fit an H100 / H200 SM
 // (228 KiB, 1 KiB reserved a block).
 constexpr size_t static_smem(int S) {
   return size_t{2} * kWarps * 32 * 16 * S + (kXNormMaxRows * 32 + kXNormMaxRows) * 4;
@@ -85,19 +86,23 @@ constexpr size_t csum_bytes(int S) { return size_t{2} * 128 * 4 * S; }
 struct SArgs : QGemvProblem {
   int n_chunks = 0;  // pipeline rounds (kWarps * stages units) per tile
   int x_stride = 0;  // bytes of one staged x row
-  bool warp_stage = true;  // stage_x_warp (EMBER_CUDA_QGEMV_WARP_STAGE=0: stage_x, A/B runs)
   // With QGemvProblem::cluster set to the plan's blocks a tile (1, 2, 4, 8): block rank r takes
   // the tile's units [r * units_local, (r + 1) * units_local) and stages only that slice of x;
   // the cluster's sums meet in distributed shared memory (csum_bytes after the int4 x sums).
   int units_local = 0;
 };
 
+// How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
+// Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
+// at one batch row and k <= 4096, no cluster: stage_x_norm_one).
+enum class XStage { Plain, Norm, NormOne };
+
 int units_of(QFormat f, int64_t k) { return static_cast<int>(qweight_k_pad(f, k) / qformat_unit(f)); }
 int units_per_rank(QFormat f, int64_t k, int c) { return (units_of(f, k) + c - 1) / c; }
 int staged_x_stride(QFormat f, int units) {
   return static_cast<int>(units * qformat_unit(f) * 2 + 64);  // +64: rows g, g + 1 on other banks
 }
-// The ring, then x (see stage_x), the zero block, int4's x sums, and a cluster's sums.
+// The ring, then x (see stage_x_warp), the zero block, int4's x sums, and a cluster's sums.
 size_t staged_smem(QFormat f, int r, int n, int64_t k, int c = 1, int S = 1) {
   const int units = units_per_rank(f, k, c);
   return ring_bytes(f, r) + static_cast<size_t>(n) * staged_x_stride(f, units) + kZeroBytes +
@@ -341,55 +346,21 @@ __device__ __forceinline__ void norm_chunk(const SArgs& A, const float* s_inv, i
   }
 }
 
-// x [n, k] F32 -> BF16 (int8: F16) in shared memory (see the file comment), the zero block, and
-// for int4 the sum of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n).
-// With A.norm, x is rms_norm(x) (block 0 also writes it to A.norm.out as F32).
-// s_part, s_inv: kXNormMaxRows * 32 and kXNormMaxRows floats of shared memory (the norm's sums).
-template <QFormat F>
-__device__ void stage_x(const SArgs& A, uint8_t* smem, float* s_part, float* s_inv) {
-  const bool norm = A.norm.w != nullptr;
-  if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
-  constexpr int U = SFmt<F>::kUnit;
-  constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
-  const int tid = threadIdx.x;
-  const int per_row = A.n_units * kPerUnit;
-  const int total = A.n * per_row;
-  const int zoff = A.n * A.x_stride;
-  float* xsum = reinterpret_cast<float*>(smem + zoff + kZeroBytes);
-  for (int base = 0; base < total; base += kWarps * 32) {  // uniform trip count (shuffles below)
-    const int c = base + tid;
-    const bool ok = c < total;
-    const int row = ok ? c / per_row : 0, cc = ok ? c % per_row : 0;
-    const int u = cc / kPerUnit, ci = cc % kPerUnit;
-    const int64_t k0 = static_cast<int64_t>(u) * U + ci * 8;
-    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
-    if (ok && k0 < A.k) {  // k % 8 == 0: a chunk is all in or all out
-      const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
-      v0 = __ldg(xp);
-      v1 = __ldg(xp + 1);
-      if (norm) norm_chunk(A, s_inv, row, k0, xnorm_w4(A.norm, k0 / 4), xnorm_w4(A.norm, k0 / 4 + 1), v0, v1);
-    }
-    store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
-  }
-  if (tid < kZeroBytes / 16) reinterpret_cast<uint4*>(smem + zoff)[tid] = make_uint4(0, 0, 0, 0);
-  if constexpr (F == QFormat::Int4) {
-    for (int i = tid; i < A.n_units * 8; i += kWarps * 32)
-      if (i % 8 >= A.n) xsum[i] = 0.0f;
-  }
-}
-
-// stage_x, warp by warp: warp w stages only the units it multiplies (w, w + 8, ...: a warp's
-// units never change with the tile), so it starts on its weights as soon as its own x is in,
-// with no block barrier after the staging; each lane has B chunks' loads (x, and the norm's
-// weights) in flight at once: one L2 round trip at k 4096 and batch 1 where the block-wide
-// loop takes two, two where it takes seven (k 14336). Same values in the same places as
-// stage_x; the zero block is the kernel's (written before the wait). The norm's sums stay
-// block-wide (rms_inverse_rows, one barrier).
+// x [n, k] F32 -> BF16 (int8: F16) in shared memory (see the file comment) and for int4 the sum
+// of each unit's BF16 x per batch row (xsum [unit][8], zero for rows >= n); with A.norm, x is
+// rms_norm(x) (block 0 also writes it to A.norm.out as F32). Warp by warp: warp w stages only
+// the units it multiplies (w, w + 8, ...: a warp's units never change with the tile), so it
+// starts on its weights as soon as its own x is in, with no block barrier after the staging;
+// each lane has B chunks' loads (x, and the norm's weights) in flight at once: one L2 round
+// trip at k 4096 and batch 1 where a block-wide loop took two, two where it took seven (k
+// 14336; session 13). The zero block is the kernel's (written before the wait). The norm's
+// sums are block-wide (rms_inverse_rows, one barrier).
 // In a cluster, the block stages its slice: units [u_off, u_off + n_loc) of x, at local unit
 // indices from 0.
-template <QFormat F, int B>
+template <QFormat F, bool kNorm>
 __device__ void stage_x_warp(const SArgs& A, int u_off, int n_loc, uint8_t* smem, float* s_part, float* s_inv) {
-  const bool norm = A.norm.w != nullptr;
+  constexpr bool norm = kNorm;
+  constexpr int B = kNorm ? 2 : 4;  // (the norm's weights take the other registers)
   if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
@@ -432,6 +403,96 @@ __device__ void stage_x_warp(const SArgs& A, int u_off, int n_loc, uint8_t* smem
   if constexpr (F == QFormat::Int4) {
     for (int i = lane; i < J * 8; i += 32)
       if (i % 8 >= A.n) xsum[(warp + kWarps * (i / 8)) * 8 + i % 8] = 0.0f;
+  }
+}
+
+// stage_x_warp for one batch row with the norm folded, where each lane's x is one round of
+// kNormOneB chunks (k <= 4096, no cluster): then a virtual warp of the norm's sums
+// (rms_inverse_rows: one float4 a virtual thread at k <= 4096) is 128 consecutive elements, and
+// the sums can be taken from the x the lanes stage instead of a pass of their own. Every
+// dependent memory trip after the PDL wait costs ~1.4 us at batch 1 (the weights' copies fill
+// the queues: session 27's probe, x staged 2,831 cycles without a norm, 8,007 with one), and the
+// block-wide path takes two (x for the sums; x and the norm's weights for the staging). Here the
+// norm's weights, model constants, are loaded before the wait (load_norm_one) and x once after
+// it; each float4's sum of squares goes through shared memory (sq) to the warp that sums its
+// virtual warp, in the norm kernel's order, so the result is the same bit for bit.
+constexpr int kNormOneB = 2;
+struct NormOneChunk {
+  int u, ci;
+  int64_t k0;
+  bool in;    // a chunk of this warp's units (stored, zero where past k)
+  bool live;  // and inside k (loaded, normalized)
+};
+template <QFormat F>
+__device__ __forceinline__ NormOneChunk norm_one_chunk(const SArgs& A, int b) {
+  constexpr int U = SFmt<F>::kUnit, kPerUnit = U / 8;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int J = A.n_units > warp ? (A.n_units - warp + kWarps - 1) / kWarps : 0;  // this warp's units
+  const int q = b * 32 + lane;
+  const bool in = q < J * kPerUnit;
+  const int u = warp + kWarps * (in ? q / kPerUnit : 0), ci = q % kPerUnit;
+  const int64_t k0 = static_cast<int64_t>(u) * U + ci * 8;
+  return NormOneChunk{u, ci, k0, in, in && k0 < A.k};
+}
+template <QFormat F>
+__device__ __forceinline__ void load_norm_one(const SArgs& A, float4 (&w)[kNormOneB][2]) {
+#pragma unroll
+  for (int b = 0; b < kNormOneB; ++b) {
+    const NormOneChunk c = norm_one_chunk<F>(A, b);
+    w[b][0] = w[b][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c.live) {
+      w[b][0] = xnorm_w4(A.norm, c.k0 / 4);
+      w[b][1] = xnorm_w4(A.norm, c.k0 / 4 + 1);
+    }
+  }
+}
+// sq: k / 4 floats of shared memory; s_part: 32 floats.
+template <QFormat F>
+__device__ void stage_x_norm_one(const SArgs& A, const float4 (&w)[kNormOneB][2], uint8_t* smem, float* sq,
+                                 float* s_part) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float4 xv[kNormOneB][2];
+#pragma unroll
+  for (int b = 0; b < kNormOneB; ++b) {
+    const NormOneChunk c = norm_one_chunk<F>(A, b);
+    xv[b][0] = xv[b][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c.live) {
+      const float4* xp = reinterpret_cast<const float4*>(A.x + c.k0);
+      xv[b][0] = __ldg(xp);
+      xv[b][1] = __ldg(xp + 1);
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < kNormOneB; ++b) {
+    const NormOneChunk c = norm_one_chunk<F>(A, b);
+    if (c.live) {
+      sq[c.k0 / 4] = sum_sq4(xv[b][0]);
+      sq[c.k0 / 4 + 1] = sum_sq4(xv[b][1]);
+    }
+  }
+  __syncthreads();
+  // Virtual thread t of rms_inverse_rows sums float4 t alone (the zeros after it change nothing),
+  // virtual warp vw the float4s 32 vw .. 32 vw + 31.
+  const int n4 = static_cast<int>(A.k / 4), vwarps = rms_reg_threads(A.k) / 32;
+  for (int vw = warp; vw < vwarps; vw += kWarps) {
+    const int i = vw * 32 + lane;
+    const float part = warp_sum(i < n4 ? sq[i] : 0.0f);
+    if (lane == 0) s_part[vw] = part;
+  }
+  __syncthreads();
+  const float inv[1] = {rms_inverse(warp_sum(lane < vwarps ? s_part[lane] : 0.0f), A.k, A.norm.eps)};
+  float* xsum = reinterpret_cast<float*>(smem + A.x_stride + kZeroBytes);
+#pragma unroll
+  for (int b = 0; b < kNormOneB; ++b) {
+    const NormOneChunk c = norm_one_chunk<F>(A, b);
+    float4 v0 = xv[b][0], v1 = xv[b][1];
+    if (c.live) norm_chunk(A, inv, 0, c.k0, w[b][0], w[b][1], v0, v1);
+    store_chunk<F>(A, smem, xsum, v0, v1, 0, c.u, c.ci, c.in);
+  }
+  if constexpr (F == QFormat::Int4) {
+    const int J = A.n_units > warp ? (A.n_units - warp + kWarps - 1) / kWarps : 0;
+    for (int i = lane; i < J * 8; i += 32)
+      if (i % 8 >= 1) xsum[(warp + kWarps * (i / 8)) * 8 + i % 8] = 0.0f;
   }
 }
 
@@ -497,7 +558,11 @@ __device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg,
 // kCl: the cluster split (A.cluster > 1) compiled in; the kernel without it is the one every
 // batch-1 GEMV takes (compiled with the split's runtime checks, batch-1 int4 lost 4.5%: 502 ->
 // 479 tok/s, H200, session 22 call 2).
-template <QFormat F, int S, int P, int R, bool kCl>
+// X: how x is staged (XStage). One kernel a staging keeps the code a launch runs contiguous:
+// with the three paths in one kernel, the batch-1 int4 kernel was 91 KB and its plain GEMVs (the
+// same path as before the third was added) lost 4.6% (502.8 -> 479.8 tok/s, H200, session 28
+// call 1): each launch fetches its code cold, past whatever it skips.
+template <QFormat F, int S, int P, int R, bool kCl, XStage X>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
@@ -533,6 +598,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     __syncwarp();
   }
 
+  // The folded norm's weights first, so that they are back before the ring's copies fill the
+  // queues (stage_x_norm_one).
+  float4 norm_w[kNormOneB][2];
+  if constexpr (X == XStage::NormOne) load_norm_one<F>(A, norm_w);
+
   TilePtrs<S> lp;
   tile_ptrs<S>(A, tile, g, t, warp, u_off, lp);
 #pragma unroll
@@ -540,28 +610,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
     cp_commit();
   }
-  if (A.warp_stage) {
-    // The zero block for every warp, before the wait (so its barrier costs nothing).
-    if (threadIdx.x < kZeroBytes / 16)
-      reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
-    __syncthreads();
-  }
+  // The zero block for every warp, before the wait (so its barrier costs nothing).
+  if (threadIdx.x < kZeroBytes / 16)
+    reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
   EMBER_PROBE_MARK(1, 1, kGlu, A.n_tiles * 16, A.k);
   pdl_wait();
   EMBER_PROBE_MARK(1, 2, kGlu, A.n_tiles * 16, A.k);
   pdl_launch_dependents();
-  if (A.warp_stage) {
-    if (A.norm.w) stage_x_warp<F, 2>(A, u_off, n_units, smem, s_part, s_inv);
-    else stage_x_warp<F, 4>(A, u_off, n_units, smem, s_part, s_inv);
-    __syncwarp();
+  if constexpr (X == XStage::NormOne) {
+    static_assert(sizeof(red) >= 1024 * sizeof(float), "stage_x_norm_one's sums of squares (k <= 4096)");
+    stage_x_norm_one<F>(A, norm_w, smem, &red[0][0][0][0].x, s_part);
   } else {
-    stage_x<F>(A, smem, s_part, s_inv);
-    __syncthreads();
+    stage_x_warp<F, X == XStage::Norm>(A, u_off, n_units, smem, s_part, s_inv);
   }
+  __syncwarp();
   EMBER_PROBE_MARK(1, 3, kGlu, A.n_tiles * 16, A.k);
 
   // This lane's B fragments: batch row g, or the zero block (which does not move with the unit).
-  const bool xrow = g < A.n;  // (x region: see stage_x)
+  const bool xrow = g < A.n;  // (x region: see stage_x_warp)
   const uint8_t* xb_base = smem + (xrow ? g * A.x_stride : A.n * A.x_stride) + t * 16;
   const int xb_step = xrow ? 2 * U : 0;
   const float* xsum = reinterpret_cast<const float*>(smem + A.n * A.x_stride + kZeroBytes);
@@ -762,8 +829,13 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem, int cluster)
   return blocks;
 }
 
+template <QFormat F, int S, int R, bool kCl, XStage X>
+auto staged_kernel(bool pair) {
+  return pair ? qgemv_staged_kernel<F, S, 2, R, kCl, X> : qgemv_staged_kernel<F, S, 1, R, kCl, X>;
+}
+
 template <QFormat F, int S, int R>
-cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
+cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream) {
   // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for gate/up + GLU,
   // 2 for the plain GEMVs (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs
   // 3416 with 2; session 20 call 3, int4 with 1 -> 2: gate/up+GLU 3325 -> 3204, q/o 1453 ->
@@ -775,9 +847,18 @@ cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
   }();
   const bool pair = pair_env < 0 ? S == 1 : pair_env == 1;
   const int C = A.cluster;
-  auto kernel = pair ? qgemv_staged_kernel<F, S, 2, R, false> : qgemv_staged_kernel<F, S, 1, R, false>;
-  if constexpr (R == 8) {  // (the cluster split takes the 8-unit ring only)
-    if (C > 1) kernel = pair ? qgemv_staged_kernel<F, S, 2, R, true> : qgemv_staged_kernel<F, S, 1, R, true>;
+  auto kernel = staged_kernel<F, S, R, false, XStage::Plain>(pair);
+  if constexpr (R == 8) {  // (the cluster split and the folded norm take the 8-unit ring only)
+    if (C > 1) {
+      kernel = x == XStage::Plain ? staged_kernel<F, S, R, true, XStage::Plain>(pair)
+                                  : staged_kernel<F, S, R, true, XStage::Norm>(pair);
+    } else if (x == XStage::Norm) {
+      kernel = staged_kernel<F, S, R, false, XStage::Norm>(pair);
+    } else if (x == XStage::NormOne) {
+      kernel = staged_kernel<F, S, R, false, XStage::NormOne>(pair);
+    }
+  } else {
+    if (x != XStage::Plain) return cudaErrorInvalidValue;
   }
   const size_t smem = staged_smem(F, R, A.n, A.k, C, S);
   const int resident = resident_blocks(kernel, smem, max_smem(F), C) / C;  // blocks, or clusters
@@ -788,10 +869,10 @@ cudaError_t launch_typed(const SArgs& A, bool pdl, cudaStream_t stream) {
 }
 
 template <int S, int R>
-cudaError_t launch_s(QFormat f, const SArgs& A, bool pdl, cudaStream_t stream) {
-  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S, R>(A, pdl, stream);
-  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S, R>(A, pdl, stream);
-  return launch_typed<QFormat::Fp8, S, R>(A, pdl, stream);
+cudaError_t launch_s(QFormat f, const SArgs& A, XStage x, bool pdl, cudaStream_t stream) {
+  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S, R>(A, x, pdl, stream);
+  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S, R>(A, x, pdl, stream);
+  return launch_typed<QFormat::Fp8, S, R>(A, x, pdl, stream);
 }
 
 }  // namespace
@@ -821,13 +902,17 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   A.x_stride = staged_x_stride(f, A.units_local);
   const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
   A.n_chunks = (A.units_local + per_round - 1) / per_round;
-  static const bool warp_stage = [] {
-    const char* e = std::getenv("EMBER_CUDA_QGEMV_WARP_STAGE");
+  static const bool norm_one = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_NORM_ONE");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  A.warp_stage = warp_stage || plan.cluster > 1;  // (stage_x stages all of x)
-  if (glu) return launch_s<2, 8>(f, A, pdl, stream);
-  return r == 4 ? launch_s<1, 4>(f, A, pdl, stream) : launch_s<1, 8>(f, A, pdl, stream);
+  // NormOne: one round of stage_x_norm_one's kNormOneB chunks a lane covers at most 4096
+  // elements over 8 warps. EMBER_CUDA_QGEMV_NORM_ONE=0 keeps Norm there (A/B runs).
+  XStage x = XStage::Plain;
+  if (p.norm.w != nullptr)
+    x = norm_one && p.n == 1 && plan.cluster == 1 && qweight_k_pad(f, p.k) <= 4096 ? XStage::NormOne : XStage::Norm;
+  if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
+  return r == 4 ? launch_s<1, 4>(f, A, x, pdl, stream) : launch_s<1, 8>(f, A, x, pdl, stream);
 }
 
 }  // namespace ember::cuda
