@@ -558,10 +558,11 @@ __device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg,
 // kCl: the cluster split (A.cluster > 1) compiled in; the kernel without it is the one every
 // batch-1 GEMV takes (compiled with the split's runtime checks, batch-1 int4 lost 4.5%: 502 ->
 // 479 tok/s, H200, session 22 call 2).
-// X: how x is staged (XStage). One kernel a staging keeps the code a launch runs contiguous:
-// with the three paths in one kernel, the batch-1 int4 kernel was 91 KB and its plain GEMVs (the
-// same path as before the third was added) lost 4.6% (502.8 -> 479.8 tok/s, H200, session 28
-// call 1): each launch fetches its code cold, past whatever it skips.
+// X: how x is staged (XStage), a kernel each: with the three stagings as runtime branches of one
+// kernel (91 KB of int4 code), the block-wide norm path ran batch-1 int4 4.6% slower than the
+// 78 KB kernel it came from did (502.8 -> 479.8 tok/s, H200, session 28 call 1), and
+// stage_x_norm_one's gain was mostly lost to that. Why is open (code fetch, or ptxas scheduling
+// the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
 template <QFormat F, int S, int P, int R, bool kCl, XStage X>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
   constexpr bool kGlu = S == 2;
