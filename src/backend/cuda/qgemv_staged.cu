@@ -359,9 +359,8 @@ __device__ __forceinline__ void norm_chunk(const SArgs& A, const float* s_inv, i
 // indices from 0.
 template <QFormat F, bool kNorm>
 __device__ void stage_x_warp(const SArgs& A, int u_off, int n_loc, uint8_t* smem, float* s_part, float* s_inv) {
-  constexpr bool norm = kNorm;
   constexpr int B = kNorm ? 2 : 4;  // (the norm's weights take the other registers)
-  if (norm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
+  if (kNorm) rms_inverse_rows<kWarps * 32>(A.x, A.n, A.k, A.norm.eps, s_part, s_inv);
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kPerUnit = U / 8;  // 16-byte chunks (8 elements) per unit
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -381,7 +380,7 @@ __device__ void stage_x_warp(const SArgs& A, int u_off, int n_loc, uint8_t* smem
         const float4* xp = reinterpret_cast<const float4*>(A.x + row * A.k + k0);
         xv[b][0] = __ldg(xp);
         xv[b][1] = __ldg(xp + 1);
-        if (norm) {
+        if (kNorm) {
           wv[b][0] = xnorm_w4(A.norm, k0 / 4);
           wv[b][1] = xnorm_w4(A.norm, k0 / 4 + 1);
         }
@@ -396,7 +395,7 @@ __device__ void stage_x_warp(const SArgs& A, int u_off, int n_loc, uint8_t* smem
       const int row = ok ? rj / J : 0, u = warp + kWarps * (ok ? rj % J : 0);
       const int64_t k0 = static_cast<int64_t>(u_off + u) * U + ci * 8;
       float4 v0 = xv[b][0], v1 = xv[b][1];
-      if (norm && ok && k0 < A.k) norm_chunk(A, s_inv, row, k0, wv[b][0], wv[b][1], v0, v1);
+      if (kNorm && ok && k0 < A.k) norm_chunk(A, s_inv, row, k0, wv[b][0], wv[b][1], v0, v1);
       store_chunk<F>(A, smem, xsum, v0, v1, row, u, ci, ok);
     }
   }
