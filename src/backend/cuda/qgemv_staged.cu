@@ -55,7 +55,8 @@ namespace {
 
 constexpr int kWarps = 8;
 // Units in flight per warp (R): 8, or 4 for a plain int4 GEMV whose x is too large for the
-// 8-unit ring where the 4-unit ring still gives two blocks an SM (plan_staged). Each unit is
+// 8-unit ring where the 4-unit ring still gives two blocks an SM (plan_staged), and for an int4
+// GEMV of one batch row at k <= 4096 (launch_qgemv_staged: three blocks an SM). Each unit is
 // 1 KiB of weights (32 lanes x 2 rows x 16 bytes) per stream, copied by cp.async into a ring of
 // lane-private shared-memory slots, and for int4 the unit's 16 group scales of the tile (32
 // bytes a stream, copied by lanes 0 and 1, read by all after a __syncwarp): R = 8 takes 64 KiB
@@ -835,7 +836,7 @@ auto staged_kernel(bool pair) {
 }
 
 template <QFormat F, int S, int R>
-cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream) {
+cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait) {
   // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for gate/up + GLU,
   // 2 for the plain GEMVs (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs
   // 3416 with 2; session 20 call 3, int4 with 1 -> 2: gate/up+GLU 3325 -> 3204, q/o 1453 ->
@@ -845,10 +846,10 @@ cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream
     const char* e = std::getenv("EMBER_CUDA_QGEMV_PAIR");
     return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
   }();
-  const bool pair = pair_env < 0 ? S == 1 : pair_env == 1;
+  const bool pair = !one_unit_a_wait && (pair_env < 0 ? S == 1 : pair_env == 1);
   const int C = A.cluster;
   auto kernel = staged_kernel<F, S, R, false, XStage::Plain>(pair);
-  if constexpr (R == 8) {  // (the cluster split and the folded norm take the 8-unit ring only)
+  if constexpr (R == 8) {  // (the cluster split and the block-wide folded norm take the 8-unit ring only)
     if (C > 1) {
       kernel = x == XStage::Plain ? staged_kernel<F, S, R, true, XStage::Plain>(pair)
                                   : staged_kernel<F, S, R, true, XStage::Norm>(pair);
@@ -857,8 +858,10 @@ cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream
     } else if (x == XStage::NormOne) {
       kernel = staged_kernel<F, S, R, false, XStage::NormOne>(pair);
     }
-  } else {
-    if (x != XStage::Plain) return cudaErrorInvalidValue;
+  } else if (x == XStage::NormOne) {
+    kernel = staged_kernel<F, S, R, false, XStage::NormOne>(pair);
+  } else if (x != XStage::Plain) {
+    return cudaErrorInvalidValue;
   }
   const size_t smem = staged_smem(F, R, A.n, A.k, C, S);
   const int resident = resident_blocks(kernel, smem, max_smem(F), C) / C;  // blocks, or clusters
@@ -869,10 +872,10 @@ cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream
 }
 
 template <int S, int R>
-cudaError_t launch_s(QFormat f, const SArgs& A, XStage x, bool pdl, cudaStream_t stream) {
-  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S, R>(A, x, pdl, stream);
-  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S, R>(A, x, pdl, stream);
-  return launch_typed<QFormat::Fp8, S, R>(A, x, pdl, stream);
+cudaError_t launch_s(QFormat f, const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait = false) {
+  if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S, R>(A, x, pdl, stream, one_unit_a_wait);
+  if (f == QFormat::Int8) return launch_typed<QFormat::Int8, S, R>(A, x, pdl, stream, one_unit_a_wait);
+  return launch_typed<QFormat::Fp8, S, R>(A, x, pdl, stream, one_unit_a_wait);
 }
 
 }  // namespace
@@ -895,6 +898,12 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   const StagedPlan plan = plan_staged(f, glu, !glu && p.norm.w == nullptr, p.n, p.k, p.cluster);
   const int r = plan.ring;
   if (r == 0) return cudaErrorInvalidValue;
+  // EMBER_CUDA_QGEMV_R4 (A/B runs): 0 never the one-row 4-unit ring below, 2 only with the norm
+  // folded, 3 only without; unset or 1 both.
+  static const int r4 = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_R4");
+    return e ? std::atoi(e) : 1;
+  }();
   SArgs A;
   static_cast<QGemvProblem&>(A) = p;
   A.cluster = plan.cluster;
@@ -911,6 +920,19 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   XStage x = XStage::Plain;
   if (p.norm.w != nullptr)
     x = norm_one && p.n == 1 && plan.cluster == 1 && qweight_k_pad(f, p.k) <= 4096 ? XStage::NormOne : XStage::Norm;
+  // int4 at one batch row whose tile is at most four units a warp (k <= 4096: q/k/v, o, lm_head
+  // of Llama-3-8B): the 4-unit ring holds all of it, as the 8-unit one does (half of that stays
+  // unused), in half the shared memory, and with one unit a wait the kernel takes 80 registers
+  // (94 with two), so three blocks fit an SM instead of two: q/k/v's 384 tiles run in one wave
+  // (264 blocks took two). H200, batch-1 int4, one call (session 29 call 5): 538.3 / 537.4 tok/s
+  // without, 551.4 / 551.6 with; only with the norm folded (q/k/v) 532.7 / 532.3, only without
+  // (o, lm_head) 539.7 / 540.0, so the two together and not either alone.
+  const bool r4_here = r4 == 1 || (r4 == 2 && x == XStage::NormOne) || (r4 == 3 && x == XStage::Plain);
+  if (r4_here && f == QFormat::Int4 && !glu && p.n == 1 && plan.cluster == 1 && units_of(f, p.k) <= kWarps * 4 &&
+      x != XStage::Norm) {
+    A.n_chunks = 1;
+    return launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/true);
+  }
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
   return r == 4 ? launch_s<1, 4>(f, A, x, pdl, stream) : launch_s<1, 8>(f, A, x, pdl, stream);
 }
