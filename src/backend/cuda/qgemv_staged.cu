@@ -896,21 +896,7 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
   const StagedPlan plan = plan_staged(f, glu, !glu && p.norm.w == nullptr, p.n, p.k, p.cluster);
-  const int r = plan.ring;
-  if (r == 0) return cudaErrorInvalidValue;
-  // EMBER_CUDA_QGEMV_R4 (A/B runs): 0 never the one-row 4-unit ring below, 2 only with the norm
-  // folded, 3 only without; unset or 1 both.
-  static const int r4 = [] {
-    const char* e = std::getenv("EMBER_CUDA_QGEMV_R4");
-    return e ? std::atoi(e) : 1;
-  }();
-  SArgs A;
-  static_cast<QGemvProblem&>(A) = p;
-  A.cluster = plan.cluster;
-  A.units_local = units_per_rank(f, p.k, plan.cluster);
-  A.x_stride = staged_x_stride(f, A.units_local);
-  const int per_round = kWarps * r / (glu ? 2 : 1);  // units of a tile per pipeline round
-  A.n_chunks = (A.units_local + per_round - 1) / per_round;
+  if (plan.ring == 0) return cudaErrorInvalidValue;
   static const bool norm_one = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV_NORM_ONE");
     return !(e && std::strcmp(e, "0") == 0);
@@ -927,14 +913,25 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   // (264 blocks took two). H200, batch-1 int4, one call (session 29 call 5): 538.3 / 537.4 tok/s
   // without, 551.4 / 551.6 with; only with the norm folded (q/k/v) 532.7 / 532.3, only without
   // (o, lm_head) 539.7 / 540.0, so the two together and not either alone.
-  const bool r4_here = r4 == 1 || (r4 == 2 && x == XStage::NormOne) || (r4 == 3 && x == XStage::Plain);
-  if (r4_here && f == QFormat::Int4 && !glu && p.n == 1 && plan.cluster == 1 && units_of(f, p.k) <= kWarps * 4 &&
-      x != XStage::Norm) {
-    A.n_chunks = 1;
-    return launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/true);
-  }
+  // EMBER_CUDA_QGEMV_R4 (A/B runs): 0 never, 2 only with the norm folded, 3 only without.
+  static const int r4 = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_R4");
+    return e ? std::atoi(e) : 1;
+  }();
+  const bool r4_staging = x == XStage::NormOne ? r4 == 1 || r4 == 2 : x == XStage::Plain && (r4 == 1 || r4 == 3);
+  const bool one_row_r4 = r4_staging && f == QFormat::Int4 && !glu && p.n == 1 && plan.cluster == 1 &&
+                          units_of(f, p.k) <= kWarps * 4;
+  const int ring = one_row_r4 ? 4 : plan.ring;
+  SArgs A;
+  static_cast<QGemvProblem&>(A) = p;
+  A.cluster = plan.cluster;
+  A.units_local = units_per_rank(f, p.k, plan.cluster);
+  A.x_stride = staged_x_stride(f, A.units_local);
+  const int per_round = kWarps * ring / (glu ? 2 : 1);  // units of a tile per pipeline round
+  A.n_chunks = (A.units_local + per_round - 1) / per_round;
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
-  return r == 4 ? launch_s<1, 4>(f, A, x, pdl, stream) : launch_s<1, 8>(f, A, x, pdl, stream);
+  return ring == 4 ? launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/one_row_r4)
+                   : launch_s<1, 8>(f, A, x, pdl, stream);
 }
 
 }  // namespace ember::cuda
