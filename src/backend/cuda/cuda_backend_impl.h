@@ -33,7 +33,9 @@
 // EMBER_CUDA_DECODE_SPLITS force a GEMV tiling / a decode split count (tuning experiments).
 // EMBER_CUDA_QGEMV_NORM_ONE=0 keeps the packed GEMV's block-wide norm sums at one batch row
 // (qgemv_staged.cu, XStage); EMBER_CUDA_QGEMV_R4=0 its 8-unit ring for one-row int4 GEMVs at
-// k <= 4096 (2: only those with the norm folded, 3: only those without). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
+// k <= 4096 (2: only those with the norm folded, 3: only those without);
+// EMBER_CUDA_QGEMV_R4B=0 the 8-unit ring for fp8 / int8 q/k/v at one row (1, 3, 4: the 4-unit
+// ring for more of their one-row GEMVs). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
 // NCCL too instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"

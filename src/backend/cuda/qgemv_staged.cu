@@ -919,8 +919,25 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     return e ? std::atoi(e) : 1;
   }();
   const bool r4_staging = x == XStage::NormOne ? r4 == 1 || r4 == 2 : x == XStage::Plain && (r4 == 1 || r4 == 3);
-  const bool one_row_r4 = r4_staging && f == QFormat::Int4 && !glu && p.n == 1 && plan.cluster == 1 &&
-                          units_of(f, p.k) <= kWarps * 4;
+  // fp8 / int8 at one batch row with the norm folded (q/k/v, k <= 4096): a tile is 8 units a warp,
+  // so the 4-unit ring takes two rounds, but with 64 registers (one unit a wait) and ~50 KB of
+  // shared memory four blocks fit an SM: q/k/v's 384 tiles in one wave of 528 blocks, with as many
+  // bytes in flight an SM as two blocks of the 8-unit ring. H200, batch-1 tok/s, the same binary
+  // with EMBER_CUDA_QGEMV_R4B=0 -> with it (session 30 call 5): int8 411.3 / 410.0 -> 418.9 /
+  // 417.5, fp8 398.0 / 398.1 -> 400.1 / 400.3. The o GEMV and lm_head without the norm lost on it
+  // (call 1: fp8 391.5, int8 397.0 against 396.1, 409.4), and down too (fp8 384.4).
+  // EMBER_CUDA_QGEMV_R4B (A/B runs): 0 never, 2 (default) with the norm folded, 3 without (o,
+  // lm_head), 1 both, 4 both and every plain one-row GEMV (down).
+  static const int r4b = [] {
+    const char* e = std::getenv("EMBER_CUDA_QGEMV_R4B");
+    return e ? std::atoi(e) : 2;
+  }();
+  const bool r4b_staging = x == XStage::NormOne ? r4b == 1 || r4b == 2 || r4b == 4
+                                                : x == XStage::Plain && (r4b == 1 || r4b == 3 || r4b == 4);
+  const bool one_row_common = !glu && p.n == 1 && plan.cluster == 1;
+  const bool one_row_r4 =
+      one_row_common && (f == QFormat::Int4 ? r4_staging && units_of(f, p.k) <= kWarps * 4
+                                            : r4b_staging && (r4b == 4 || units_of(f, p.k) <= kWarps * 8));
   const int ring = one_row_r4 ? 4 : plan.ring;
   SArgs A;
   static_cast<QGemvProblem&>(A) = p;
