@@ -923,7 +923,7 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   // so the 4-unit ring takes two rounds, but with 64 registers (one unit a wait) and ~50 KB of
   // shared memory four blocks fit an SM: q/k/v's 384 tiles in one wave of 528 blocks, with as many
   // bytes in flight an SM as two blocks of the 8-unit ring. H200, batch-1 tok/s, the same binary
-  // with EMBER_CUDA_QGEMV_R4B=0 -> with it (session 30 call 5): int8 411.3 / 410.0 -> 418.9 /
+  // with EMBER_CUDA_QGEMV_R4B=0 -> with it (session 30 call 6): int8 411.3 / 410.0 -> 418.9 /
   // 417.5, fp8 398.0 / 398.1 -> 400.1 / 400.3. The o GEMV and lm_head without the norm lost on it
   // (call 1: fp8 391.5, int8 397.0 against 396.1, 409.4), and down too (fp8 384.4).
   // EMBER_CUDA_QGEMV_R4B (A/B runs): 0 never, 2 (default) with the norm folded, 3 without (o,
