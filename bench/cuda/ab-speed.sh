@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Same-call A/B of batch-1 decode on the lent GPU: several binaries (and environment settings
+# of them) alternated run by run, so that the clock, the machine and the weights are the same for
+# every side. Small differences need this: a build whose only change is a kernel that never runs
+# can move batch-1 tok/s by 1-2% (docs/CUDA_NOTES.md "Session 30"), so compare within one call,
+# and across two builds before trusting a gain of that size.
+#
+#   BIN_TAR=bins.tar.xz SETUP=1 DEB_DIR=debs RUNS="ember ember-peer ember:EMBER_CUDA_QGEMV_R4B=0" \
+#     FORMATS="int4 fp8" ROUNDS=2 bench/cuda/ab-speed.sh
+#
+# BIN_TAR: an .tar.xz of the binaries RUNS names (built elsewhere, e.g. this tree's `ember` and a
+# peer built from HEAD in a git worktree, or with peer-build.sh). RUNS: NAME[:VAR=VALUE[,VAR=VALUE]]
+# each. FORMATS (default int4), ROUNDS (default 2), SPEED_ARGS (default "-r 2 -p 128 -n 256").
+# TESTS: test binaries in the tar run first (each with TEST_ENV, "NAME=VALUE" settings separated
+# by spaces, one run per setting; default one plain run). Logs and summary.txt go to LOG_DIR
+# (default $OUT). The weights are tools/make_cuda_bench_weights.py's random Llama-3-8B.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck disable=SC2034  # (read by device-setup.sh)
+debs=${DEB_DIR:-$root/.devdeps}
+source "$root/bench/cuda/device-setup.sh"
+bin=/tmp/ember-ab-bin
+mkdir -p "$bin" && tar -xJf "$BIN_TAR" -C "$bin"
+logs=${LOG_DIR:-$OUT}
+mkdir -p "$logs"
+model=/tmp/ember-llama3-8b
+start=$(date +%s)
+note() { echo "$*" | tee -a "$logs/summary.txt"; }
+note "$(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader 2>/dev/null)"
+[ -f "$model-2layers/config.json" ] || python3 "$root/tools/make_cuda_bench_weights.py" "$model-2layers" --layers 2 >/dev/null 2>&1
+wpid=
+if [ ! -f "$model/config.json" ]; then
+  python3 "$root/tools/make_cuda_bench_weights.py" "$model" >/dev/null 2>&1 &
+  wpid=$!
+fi
+for t in ${TESTS:-}; do
+  for te in ${TEST_ENV:-EMBER_AB_PLAIN=1}; do
+    log="$logs/$t-${te//[^A-Za-z0-9_=]/_}.log"
+    env "$te" EMBER_FIXTURES_DIR="$root/tests/fixtures" EMBER_CUDA_TEST_MODEL="$model-2layers" timeout 300 "$bin/$t" >"$log" 2>&1
+    note "$t $te: rc=$? $(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  FAILED  \] [A-Z]' "$log") failed ($(( $(date +%s) - start )) s)"
+  done
+done
+[ -n "$wpid" ] && wait "$wpid"
+for r in $(seq 1 "${ROUNDS:-2}"); do
+  for f in ${FORMATS:-int4}; do
+    for spec in ${RUNS:-ember}; do
+      name=${spec%%:*}
+      envs=()
+      [[ $spec == *:* ]] && IFS=, read -r -a envs <<<"${spec#*:}"
+      log="$logs/speed-$f-${spec//[^A-Za-z0-9_=]/_}-$r.log"
+      # shellcheck disable=SC2086
+      env "${envs[@]}" timeout 200 "$bin/$name" bench speed -m "$model" --device cuda --weight-format "$f" \
+        ${SPEED_ARGS:--r 2 -p 128 -n 256} >"$log" 2>&1
+      note "$f $spec round $r: rc=$? $(grep -E 'tg[0-9]+' "$log" | tail -1 | tr -s ' ') ($(( $(date +%s) - start )) s)"
+    done
+  done
+done
