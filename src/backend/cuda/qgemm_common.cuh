@@ -141,10 +141,10 @@ inline bool cut_covers(int units_total, int units, int splits) {
   return int64_t{units} * splits >= units_total && int64_t{units} * (splits - 1) < units_total;
 }
 
-// An integer from the environment (0 when unset): the GEMMs' experiment overrides.
-inline int env_int(const char* name) {
+// An integer from the environment (`unset` when unset): the GEMMs' and GEMVs' experiment overrides.
+inline int env_int(const char* name, int unset = 0) {
   const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
+  return v ? std::atoi(v) : unset;
 }
 
 }  // namespace ember::cuda::qgemm_detail

@@ -871,6 +871,13 @@ cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
+// Whether a one-row GEMV's 4-unit ring setting (EMBER_CUDA_QGEMV_R4 / _R4B: 0 never, 1 with and
+// without the folded norm, 2 only with it, 3 only without, 4 as 1) takes a GEMV staged as x.
+bool ring4_setting_takes(int setting, XStage x) {
+  if (x == XStage::NormOne) return setting == 1 || setting == 2 || setting == 4;
+  return x == XStage::Plain && (setting == 1 || setting == 3 || setting == 4);
+}
+
 template <int S, int R>
 cudaError_t launch_s(QFormat f, const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait = false) {
   if (f == QFormat::Int4) return launch_typed<QFormat::Int4, S, R>(A, x, pdl, stream, one_unit_a_wait);
@@ -914,11 +921,7 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   // without, 551.4 / 551.6 with; only with the norm folded (q/k/v) 532.7 / 532.3, only without
   // (o, lm_head) 539.7 / 540.0, so the two together and not either alone.
   // EMBER_CUDA_QGEMV_R4 (A/B runs): 0 never, 2 only with the norm folded, 3 only without.
-  static const int r4 = [] {
-    const char* e = std::getenv("EMBER_CUDA_QGEMV_R4");
-    return e ? std::atoi(e) : 1;
-  }();
-  const bool r4_staging = x == XStage::NormOne ? r4 == 1 || r4 == 2 : x == XStage::Plain && (r4 == 1 || r4 == 3);
+  static const int r4 = qgemm_detail::env_int("EMBER_CUDA_QGEMV_R4", 1);
   // fp8 / int8 at one batch row with the norm folded (q/k/v, k <= 4096): a tile is 8 units a warp,
   // so the 4-unit ring takes two rounds, but with 64 registers (one unit a wait) and ~50 KB of
   // shared memory four blocks fit an SM: q/k/v's 384 tiles in one wave of 528 blocks, with as many
@@ -928,16 +931,11 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   // (call 1: fp8 391.5, int8 397.0 against 396.1, 409.4), and down too (fp8 384.4).
   // EMBER_CUDA_QGEMV_R4B (A/B runs): 0 never, 2 (default) with the norm folded, 3 without (o,
   // lm_head), 1 both, 4 both and every plain one-row GEMV (down).
-  static const int r4b = [] {
-    const char* e = std::getenv("EMBER_CUDA_QGEMV_R4B");
-    return e ? std::atoi(e) : 2;
-  }();
-  const bool r4b_staging = x == XStage::NormOne ? r4b == 1 || r4b == 2 || r4b == 4
-                                                : x == XStage::Plain && (r4b == 1 || r4b == 3 || r4b == 4);
-  const bool one_row_common = !glu && p.n == 1 && plan.cluster == 1;
-  const bool one_row_r4 =
-      one_row_common && (f == QFormat::Int4 ? r4_staging && units_of(f, p.k) <= kWarps * 4
-                                            : r4b_staging && (r4b == 4 || units_of(f, p.k) <= kWarps * 8));
+  static const int r4b = qgemm_detail::env_int("EMBER_CUDA_QGEMV_R4B", 2);
+  const int r4_setting = f == QFormat::Int4 ? r4 : r4b;
+  const int r4_max_units = f == QFormat::Int4 ? kWarps * 4 : r4b == 4 ? units_of(f, p.k) : kWarps * 8;
+  const bool one_row_r4 = !glu && p.n == 1 && plan.cluster == 1 && ring4_setting_takes(r4_setting, x) &&
+                          units_of(f, p.k) <= r4_max_units;
   const int ring = one_row_r4 ? 4 : plan.ring;
   SArgs A;
   static_cast<QGemvProblem&>(A) = p;
