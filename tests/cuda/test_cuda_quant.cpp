@@ -8,6 +8,7 @@
 #include "backend/cuda/qgemm.cuh"
 #include "backend/cuda/qgemm_wg.cuh"
 #include "backend/cuda/qgemv.cuh"
+#include "backend/cuda/qgemv_wg.cuh"
 #include "cuda_test_util.h"
 #include "quant/fp8.h"
 
@@ -1019,6 +1020,121 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
         EXPECT_LE(rel(download_floats(ou.t), ru), 1e-4) << f << " path " << pi << " up n " << n;
         EXPECT_LE(rel(download_floats(oglu.t), rglu), 2e-4) << f << " path " << pi << " glu n " << n;
       }
+    }
+  }
+}
+
+// The FP8 GEMV on wgmma (W8A8, qgemv_wg.cuh) against a double product of the decoded weights
+// and x as e4m3 rows (fp8_rows: what the kernel stages); what is left is the tensor cores'
+// accumulation (as Fp8GemmScalesExact; 3e-4 measured on an H200). Segments with bias and
+// accumulation into a random output, gate/up + GLU with the plain products kept, widths with a
+// half 128-byte box at the end (k_pad % 128 == 64: one k block a copy) or whole blocks (4096,
+// 14336: 3-D copies of two; at 14336 a cluster of two blocks a tile, four for the one-tile
+// GLU), rows past a 64-row tile, more tiles than SMs (the persistent loop), 1-4 rows of x; the
+// folded norm writes rows equal to a host norm's and gives the same bits as the unfolded kernel
+// on those rows. Outputs are poisoned with NaN first.
+TEST(CudaQuant, Fp8WgmmaGemvMatchesE4m3Reference) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::qgemv_fp8_wg_takes(1, 264)) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  struct Case {
+    int64_t k, ms[3], mf;
+  };
+  const Case cases[] = {{264, {5001, 77, 300}, 200}, {4096, {4096, 1024, 1000}, 14336}, {14336, {4096, 0, 0}, 64},
+                        {1032, {13000, 64, 65}, 130}};
+  uint32_t seed = 1300;
+  for (const Case& c : cases) {
+    Packed w[3];
+    int segs = 0;
+    for (int i = 0; i < 3; ++i)
+      if (c.ms[i] > 0) w[segs++] = make_packed("fp8", c.ms[i], c.k, seed++);
+    Packed g = make_packed("fp8", c.mf, c.k, seed++), u = make_packed("fp8", c.mf, c.k, seed++);
+    for (int n : {1, 2, 4}) {
+      auto xs = random_floats(static_cast<size_t>(n * c.k), seed++, -2.0f, 1.5f);
+      for (int64_t i = 0; i < c.k; ++i) xs[static_cast<size_t>(i)] *= 30.0f;  // rows of different scales
+      auto x = dev_floats(xs, {n, c.k});
+      const auto* xp = static_cast<const float*>(x.t.data);
+      const auto xq = fp8_rows(xs, n, c.k);
+      const std::string where = "k " + std::to_string(c.k) + " n " + std::to_string(n);
+      // Segments: the second with bias, the third accumulating into a random output.
+      std::vector<DevTensor> outs;
+      std::vector<std::vector<float>> init;
+      cuda::QGemvSeg sg[3];
+      const auto bs = random_floats(static_cast<size_t>(std::max<int64_t>(c.ms[1], 1)), seed++);
+      auto bias = dev_floats(bs, {static_cast<int64_t>(bs.size())});
+      for (int i = 0; i < segs; ++i) {
+        init.push_back(random_floats(static_cast<size_t>(n * c.ms[i]), seed++));
+        outs.push_back(i == 2 ? dev_floats(init.back(), {n, c.ms[i]}) : dev_tensor(DType::F32, {n, c.ms[i]}));
+        sg[i].w = w[i].t.data;
+        sg[i].out = static_cast<float*>(outs.back().t.data);
+        sg[i].m = c.ms[i];
+        sg[i].bias = i == 1 ? static_cast<const float*>(bias.t.data) : nullptr;
+        sg[i].accumulate = i == 2;
+      }
+      auto og = dev_tensor(DType::F32, {n, c.mf}), ou = dev_tensor(DType::F32, {n, c.mf}), oglu = dev_tensor(DType::F32, {n, c.mf});
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cuda::launch_qgemv_multi(cuda::QFormat::Fp8, sg, segs, xp, n, c.k, false, nullptr, cuda::QGemvPath::Fp8Wg),
+                cudaSuccess)
+          << where;
+      ASSERT_EQ(cuda::launch_qgemv_glu(cuda::QFormat::Fp8, g.t.data, u.t.data, xp, n, c.mf, c.k, false,
+                                       static_cast<float*>(oglu.t.data), static_cast<float*>(og.t.data),
+                                       static_cast<float*>(ou.t.data), false, nullptr, cuda::QGemvPath::Fp8Wg),
+                cudaSuccess)
+          << where;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int i = 0; i < segs; ++i) {
+        auto ref = reference(xq, w[i].dec, i == 1 ? bs.data() : nullptr, n, c.ms[i], c.k, false);
+        if (i == 2)
+          for (size_t e = 0; e < ref.size(); ++e) ref[e] += init[2][e];
+        const double e = rel(download_floats(outs[static_cast<size_t>(i)].t), ref);
+        EXPECT_LE(e, 1e-3) << where << " segment " << i;
+      }
+      const auto rg = reference(xq, g.dec, nullptr, n, c.mf, c.k, false);
+      const auto ru = reference(xq, u.dec, nullptr, n, c.mf, c.k, false);
+      std::vector<double> rglu(rg.size());
+      for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+      const double eg = rel(download_floats(og.t), rg), eu = rel(download_floats(ou.t), ru);
+      const double eglu = rel(download_floats(oglu.t), rglu);
+      std::printf("fp8 wgmma GEMV %s: rel. error gate %.2e, up %.2e, glu %.2e vs e4m3 x\n", where.c_str(), eg, eu, eglu);
+      EXPECT_LE(eg, 1e-3) << where;
+      EXPECT_LE(eu, 1e-3) << where;
+      EXPECT_LE(eglu, 2e-3) << where;
+
+      // The folded norm: its rows against a host norm, and the unfolded kernel on those rows.
+      const auto nw = random_floats(static_cast<size_t>(c.k), seed++);
+      auto normw = dev_floats(nw, {c.k});
+      auto normed = dev_tensor(DType::F32, {n, c.k});
+      cuda::XNorm nm;
+      nm.w = normw.t.data;
+      nm.eps = 1e-5f;
+      nm.out = static_cast<float*>(normed.t.data);
+      auto fused = dev_tensor(DType::F32, {n, c.ms[0]}), plain = dev_tensor(DType::F32, {n, c.ms[0]});
+      cuda::QGemvSeg one = sg[0];
+      one.out = static_cast<float*>(fused.t.data);
+      ASSERT_EQ(cuda::launch_qgemv_multi(cuda::QFormat::Fp8, &one, 1, xp, n, c.k, false, nullptr, cuda::QGemvPath::Fp8Wg, &nm),
+                cudaSuccess)
+          << where;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto hn = download_floats(normed.t);
+      std::vector<double> ref_norm(hn.size());
+      for (int j = 0; j < n; ++j) {
+        double ss = 0;
+        for (int64_t i = 0; i < c.k; ++i) ss += double(xs[static_cast<size_t>(j * c.k + i)]) * xs[static_cast<size_t>(j * c.k + i)];
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + 1e-5);
+        for (int64_t i = 0; i < c.k; ++i)
+          ref_norm[static_cast<size_t>(j * c.k + i)] = xs[static_cast<size_t>(j * c.k + i)] * inv * nw[static_cast<size_t>(i)];
+      }
+      EXPECT_LE(rel(hn, ref_norm), 1e-6) << where << " norm rows";
+      auto normed_in = dev_floats(hn, {n, c.k});
+      one.out = static_cast<float*>(plain.t.data);
+      ASSERT_EQ(cuda::launch_qgemv_multi(cuda::QFormat::Fp8, &one, 1, static_cast<const float*>(normed_in.t.data), n, c.k,
+                                         false, nullptr, cuda::QGemvPath::Fp8Wg),
+                cudaSuccess)
+          << where;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto f_out = download_floats(fused.t);
+      EXPECT_EQ(f_out, download_floats(plain.t)) << where << " folded norm";
+      EXPECT_LE(rel(f_out, reference(fp8_rows(hn, n, c.k), w[0].dec, nullptr, n, c.ms[0], c.k, false)), 1e-3)
+          << where << " folded norm";
     }
   }
 }

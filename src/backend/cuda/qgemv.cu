@@ -26,6 +26,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/qgemv.cuh"
+#include "backend/cuda/qgemv_wg.cuh"
 
 #include <cstdlib>
 #include <cstring>
@@ -301,6 +302,25 @@ const void* scales_of(QFormat f, const void* w, int64_t m, int64_t k) {
   return static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
 }
 
+// The FP8 wgmma GEMV: asked for, or (Auto) at most EMBER_CUDA_FP8_WG rows (default 0: never) of
+// the kinds in EMBER_CUDA_FP8_WG_KINDS (bits: 1 gate/up + GLU, 2 plain GEMVs of at least 65,536
+// rows (lm_head), 4 other plain ones, 8 those with a folded norm; default 1).
+bool use_fp8_wg(QGemvPath path, QFormat f, int n, int64_t k, int cluster, int kind = 4) {
+  static const int env_rows = [] {
+    const char* e = std::getenv("EMBER_CUDA_FP8_WG");
+    return e ? std::atoi(e) : 0;
+  }();
+  static const int env_kinds = [] {
+    const char* e = std::getenv("EMBER_CUDA_FP8_WG_KINDS");
+    return e ? std::atoi(e) : 1;
+  }();
+  if (f != QFormat::Fp8 || cluster > 1) return false;
+  if (path == QGemvPath::Fp8Wg) return true;
+  return path == QGemvPath::Auto && n <= env_rows && (env_kinds & kind) != 0 && qgemv_fp8_wg_takes(n, k);
+}
+// The kind bit of a plain GEMV (use_fp8_wg) of `rows` output rows in all.
+int plain_kind(int64_t rows, bool norm) { return norm ? 8 : rows >= 64 * 1024 ? 2 : 4; }
+
 // Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or it does not
 // take the problem (qgemv_staged_takes).
 bool use_staged(QGemvPath path, QFormat f, int n, int64_t k, bool glu, bool norm) {
@@ -315,8 +335,10 @@ bool use_staged(QGemvPath path, QFormat f, int n, int64_t k, bool glu, bool norm
 }  // namespace
 
 bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* norm, QGemvPath path) {
-  return qgemv_supported(n, k, x) && use_staged(path, f, n, k, false, true) && qgemv_staged_fits(f, n, k) &&
-         xnorm_supported(n, k, x, norm->out, norm->w, norm->w_bf16);
+  if (!qgemv_supported(n, k, x) || !xnorm_supported(n, k, x, norm->out, norm->w, norm->w_bf16)) return false;
+  // (Auto folds a norm only where the staged kernel could, which the FP8 wgmma GEMV falls back to.)
+  if (path == QGemvPath::Fp8Wg) return f == QFormat::Fp8 && qgemv_fp8_wg_takes(n, k);
+  return use_staged(path, f, n, k, false, true) && qgemv_staged_fits(f, n, k);
 }
 
 bool qgemv_supported(int n, int64_t k, const void* x) {
@@ -347,6 +369,10 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   A.n_tiles = tiles;
   if (norm) A.norm = *norm;
   A.cluster = cluster;
+  if (use_fp8_wg(path, f, n, k, cluster, plain_kind(int64_t{tiles} * 16, norm && norm->w))) {
+    const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/false, pdl, stream);
+    if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
+  }
   if (use_staged(path, f, n, k, false, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
   return launch<1>(f, A, pdl, stream);
 }
@@ -372,6 +398,10 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
   A.gelu = gelu_tanh;
   if (norm) A.norm = *norm;
   A.cluster = cluster;
+  if (use_fp8_wg(path, f, n, k, cluster, 1)) {
+    const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/true, pdl, stream);
+    if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
+  }
   if (use_staged(path, f, n, k, true, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
   return launch<2>(f, A, pdl, stream);
 }
