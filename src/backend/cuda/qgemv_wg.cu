@@ -431,6 +431,23 @@ size_t dynamic_smem_limit(WgKernel kernel) {
   return dyn;
 }
 
+// Dynamic shared memory of each of `blocks` blocks of the kernel that share an SM: one block
+// takes what it may opt in to; several split the SM's shared memory less the 1 KiB each block
+// reserves (cudaDevAttrReservedSharedMemoryPerBlock) and their static shared memory.
+size_t smem_budget(WgKernel kernel, int blocks) {
+  const size_t dyn = dynamic_smem_limit(kernel);
+  if (blocks <= 1 || dyn == 0) return dyn;
+  int dev = 0, per_sm = 0, reserved = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+    return 0;
+  const size_t static_bytes = smem_limit_bytes() - dyn;  // (dynamic_smem_limit: the opt-in limit less it)
+  const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(blocks);
+  const size_t fixed = static_cast<size_t>(reserved) + static_bytes;
+  return share > fixed ? std::min(dyn, share - fixed) : 0;
+}
+
 }  // namespace
 
 bool qgemv_fp8_wg_takes(int n, int64_t k) {
@@ -501,12 +518,12 @@ cudaError_t launch_qgemv_fp8_wg(const QGemvProblem& p, bool glu, bool pdl, cudaS
     }
     A.cluster = c;
     // Shared memory: the ring (as many slots as fit, EMBER_CUDA_FP8_WG_STAGES capping them), the x
-    // image, rank 0's sums of the other ranks; EMBER_CUDA_FP8_WG_BLOCKS = 2 halves the budget so
-    // that two blocks share an SM.
+    // image, rank 0's sums of the other ranks; EMBER_CUDA_FP8_WG_BLOCKS = 2: two blocks share an SM
+    // (smem_budget).
     const size_t slot = static_cast<size_t>(S) * static_cast<size_t>(kpi) * kBoxBytes;
     const size_t fixed = 1024 + static_cast<size_t>((A.k_blocks + kpi - 1) / kpi * kpi) * kXAtomBytes +
                          static_cast<size_t>(c - 1) * static_cast<size_t>(S) * 4 * kConsumers * sizeof(float);
-    const size_t budget = dynamic_smem_limit(kernel) / static_cast<size_t>(blocks_env);
+    const size_t budget = smem_budget(kernel, blocks_env);
     if (budget < fixed + static_cast<size_t>(kMinStages) * slot) continue;
     A.stages = static_cast<int>(std::min<size_t>({(budget - fixed) / slot, static_cast<size_t>(kMaxStages),
                                                    static_cast<size_t>(std::max(stages_env, kMinStages))}));
