@@ -302,24 +302,11 @@ const void* scales_of(QFormat f, const void* w, int64_t m, int64_t k) {
   return static_cast<const uint8_t*>(w) + qweight_scales_offset(f, m, k);
 }
 
-// The FP8 wgmma GEMV: asked for, or (Auto) at most EMBER_CUDA_FP8_WG rows (default 0: never) of
-// the kinds in EMBER_CUDA_FP8_WG_KINDS (bits: 1 gate/up + GLU, 2 plain GEMVs of at least 65,536
-// rows (lm_head), 4 other plain ones, 8 those with a folded norm; default 1).
-bool use_fp8_wg(QGemvPath path, QFormat f, int n, int64_t k, int cluster, int kind = 4) {
-  static const int env_rows = [] {
-    const char* e = std::getenv("EMBER_CUDA_FP8_WG");
-    return e ? std::atoi(e) : 0;
-  }();
-  static const int env_kinds = [] {
-    const char* e = std::getenv("EMBER_CUDA_FP8_WG_KINDS");
-    return e ? std::atoi(e) : 1;
-  }();
+// The FP8 wgmma GEMV: asked for, or (Auto) wanted for this kind (qgemv_fp8_wg_wanted).
+bool use_fp8_wg(QGemvPath path, QFormat f, int n, int64_t k, int cluster, int kind) {
   if (f != QFormat::Fp8 || cluster > 1) return false;
-  if (path == QGemvPath::Fp8Wg) return true;
-  return path == QGemvPath::Auto && n <= env_rows && (env_kinds & kind) != 0 && qgemv_fp8_wg_takes(n, k);
+  return path == QGemvPath::Fp8Wg || (path == QGemvPath::Auto && qgemv_fp8_wg_wanted(n, k, kind));
 }
-// The kind bit of a plain GEMV (use_fp8_wg) of `rows` output rows in all.
-int plain_kind(int64_t rows, bool norm) { return norm ? 8 : rows >= 64 * 1024 ? 2 : 4; }
 
 // Staged kernel unless the caller or EMBER_CUDA_QGEMV=direct asks for the direct one, or it does not
 // take the problem (qgemv_staged_takes).
@@ -369,7 +356,7 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   A.n_tiles = tiles;
   if (norm) A.norm = *norm;
   A.cluster = cluster;
-  if (use_fp8_wg(path, f, n, k, cluster, plain_kind(int64_t{tiles} * 16, norm && norm->w))) {
+  if (use_fp8_wg(path, f, n, k, cluster, qgemv_wg_kind(false, int64_t{tiles} * 16, norm && norm->w))) {
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/false, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
   }
@@ -398,7 +385,7 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
   A.gelu = gelu_tanh;
   if (norm) A.norm = *norm;
   A.cluster = cluster;
-  if (use_fp8_wg(path, f, n, k, cluster, 1)) {
+  if (use_fp8_wg(path, f, n, k, cluster, kWgGlu)) {
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/true, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
   }

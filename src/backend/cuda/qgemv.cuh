@@ -114,7 +114,7 @@ bool qgemv_supported(int n, int64_t k, const void* x);
 // 11 bits of x instead of 8, but |x| > 65504 becomes inf (batches past 8 rows: BF16 x).
 // Fp8Wg: the FP8 GEMV on wgmma (qgemv_wg.cuh), which rounds x to e4m3 with a scale a row (W8A8,
 // as the FP8 cuBLASLt GEMM); Auto takes it for FP8 at 1..EMBER_CUDA_FP8_WG rows (default 0) for
-// the kinds of GEMV in EMBER_CUDA_FP8_WG_KINDS (qgemv.cu), and the staged kernel where it does
+// the kinds of GEMV in EMBER_CUDA_FP8_WG_KINDS (qgemv_wg.cuh), and the staged kernel where it does
 // not fit.
 enum class QGemvPath : int { Auto = 0, Staged = 1, Direct = 2, Fp8Wg = 3 };
 

@@ -458,6 +458,12 @@ bool qgemv_fp8_wg_takes(int n, int64_t k) {
   return device_ok && n >= 1 && n <= kQGemvWgMaxRows && k > 0 && k <= kQGemvWgMaxK && k % 8 == 0;
 }
 
+bool qgemv_fp8_wg_wanted(int n, int64_t k, int kind) {
+  static const int rows = qgemm_detail::env_int("EMBER_CUDA_FP8_WG", 0);
+  static const int kinds = qgemm_detail::env_int("EMBER_CUDA_FP8_WG_KINDS", kWgGlu);
+  return n <= rows && (kinds & kind) != 0 && qgemv_fp8_wg_takes(n, k);
+}
+
 cudaError_t launch_qgemv_fp8_wg(const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
   if (!qgemv_fp8_wg_takes(p.n, p.k) || p.n_segs < 1 || (glu && p.n_segs != 1)) return cudaErrorInvalidValue;
   if (p.norm.w && !xnorm_supported(p.n, p.k, p.x, p.norm.out, p.norm.w, p.norm.w_bf16)) return cudaErrorInvalidValue;

@@ -29,6 +29,17 @@ constexpr int64_t kQGemvWgMaxK = 16384;
 // compute capability 9.0 GPU, the tensor-map entry point found).
 bool qgemv_fp8_wg_takes(int n, int64_t k);
 
+// Kinds of GEMV the path Auto may hand to this kernel (bits of EMBER_CUDA_FP8_WG_KINDS).
+enum QGemvWgKind : int { kWgGlu = 1, kWgLmHead = 2, kWgPlain = 4, kWgNorm = 8 };
+// The kind of a launch: gate/up + GLU, or a plain GEMV of `rows` output rows in all (lm_head:
+// 65,536 or more) with or without a folded norm.
+inline int qgemv_wg_kind(bool glu, int64_t rows, bool norm) {
+  return glu ? kWgGlu : norm ? kWgNorm : rows >= 64 * 1024 ? kWgLmHead : kWgPlain;
+}
+// Whether Auto takes this kernel: at most EMBER_CUDA_FP8_WG rows (default 0: never) and a kind in
+// EMBER_CUDA_FP8_WG_KINDS (default kWgGlu), where qgemv_fp8_wg_takes.
+bool qgemv_fp8_wg_wanted(int n, int64_t k, int kind);
+
 // One launch of the problem as launch_qgemv_multi / launch_qgemv_glu set it up (QGemvProblem:
 // tile_end counts 16-row tiles there; this kernel recounts its own 64-row tiles).
 cudaError_t launch_qgemv_fp8_wg(const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream);
