@@ -200,18 +200,17 @@ __global__ void __launch_bounds__(kThreads, 1) qgemv_fp8_wg_kernel(const __grid_
       }
     }
     mx = block_max(mx, s_tmp);
-    const float scale = mx > 0.0f ? mx / 448.0f : 1.0f;
+    const float scale = fp8_row_scale(mx);
     const float inv = 1.0f / scale;
     if (tid == 0) s_xs[j] = scale;
 #pragma unroll
     for (int h = 0; h < kHold; ++h) {
       const int c = tid + kThreads * h;
       if (c < n4) {
-        const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[h].x * inv, v[h].y * inv), __NV_SATFINITE, __NV_E4M3);
-        const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v[h].z * inv, v[h].w * inv), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t q = e4m3x4(v[h], inv);
         const int e = 4 * c;  // k byte
         const int at = (e / kKBlock) * kXAtomBytes + j * kKBlock + ((((e % kKBlock) / 16) ^ j) * 16) + e % 16;
-        *reinterpret_cast<uint32_t*>(xb_ptr + at) = lo | hi << 16;
+        *reinterpret_cast<uint32_t*>(xb_ptr + at) = q;
       }
     }
   }

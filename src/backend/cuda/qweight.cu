@@ -142,7 +142,7 @@ __global__ void quantize_rows_fp8_kernel(const float* x, int64_t k, int64_t k_pa
   float mx = 0.0f;
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) mx = fmaxf(mx, fabsf(x[r * k + i]));
   mx = block_max(mx, s_tmp);
-  const float scale = mx > 0.0f ? mx / 448.0f : 1.0f;
+  const float scale = fp8_row_scale(mx);
   const float inv = 1.0f / scale;
   if (threadIdx.x == 0) x_scale[r] = scale;
   for (int64_t i = threadIdx.x; i < k_pad; i += blockDim.x)
