@@ -110,6 +110,18 @@ Tensor gpu_weight(const std::string& format, int64_t m, int64_t k, uint32_t seed
   return w.is_ok() ? *w : Tensor{};
 }
 
+// rms_norm(x) * w of n rows of width k, in double.
+std::vector<double> host_rms_norm(const std::vector<float>& x, int n, int64_t k, const std::vector<float>& w, double eps) {
+  std::vector<double> out(x.size());
+  for (int64_t j = 0; j < n; ++j) {
+    double ss = 0;
+    for (int64_t i = 0; i < k; ++i) ss += double(x[j * k + i]) * x[j * k + i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
+    for (int64_t i = 0; i < k; ++i) out[j * k + i] = x[j * k + i] * inv * w[i];
+  }
+  return out;
+}
+
 double rel(const std::vector<float>& a, const std::vector<double>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -747,13 +759,8 @@ TEST(CudaQuant, GemvClusterSplitMatchesReference) {
       const auto ru = reference(xs, up.dec, nullptr, c.n, c.m, c.k, true, xt);
       std::vector<double> rglu(rg.size());
       for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
-      std::vector<float> xn(xs.size());
-      for (int j = 0; j < c.n; ++j) {
-        double ss = 0;
-        for (int64_t i = 0; i < c.k; ++i) ss += double(xs[j * c.k + i]) * xs[j * c.k + i];
-        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + 1e-5);
-        for (int64_t i = 0; i < c.k; ++i) xn[j * c.k + i] = static_cast<float>(xs[j * c.k + i] * inv * nw[i]);
-      }
+      const std::vector<double> xn_d = host_rms_norm(xs, c.n, c.k, nw, 1e-5);
+      const std::vector<float> xn(xn_d.begin(), xn_d.end());
       const auto refn = reference(xn, p.dec, nullptr, c.n, c.m, c.k, true, xt);
       int plain_runs = 0, glu_runs = 0;  // cluster sizes taken
       for (int cl : {2, 4, 8}) {
@@ -1115,15 +1122,7 @@ TEST(CudaQuant, Fp8WgmmaGemvMatchesE4m3Reference) {
           << where;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto hn = download_floats(normed.t);
-      std::vector<double> ref_norm(hn.size());
-      for (int j = 0; j < n; ++j) {
-        double ss = 0;
-        for (int64_t i = 0; i < c.k; ++i) ss += double(xs[static_cast<size_t>(j * c.k + i)]) * xs[static_cast<size_t>(j * c.k + i)];
-        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + 1e-5);
-        for (int64_t i = 0; i < c.k; ++i)
-          ref_norm[static_cast<size_t>(j * c.k + i)] = xs[static_cast<size_t>(j * c.k + i)] * inv * nw[static_cast<size_t>(i)];
-      }
-      EXPECT_LE(rel(hn, ref_norm), 1e-6) << where << " norm rows";
+      EXPECT_LE(rel(hn, host_rms_norm(xs, n, c.k, nw, 1e-5)), 1e-6) << where << " norm rows";
       auto normed_in = dev_floats(hn, {n, c.k});
       one.out = static_cast<float*>(plain.t.data);
       ASSERT_EQ(cuda::launch_qgemv_multi(cuda::QFormat::Fp8, &one, 1, static_cast<const float*>(normed_in.t.data), n, c.k,
