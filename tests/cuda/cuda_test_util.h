@@ -101,6 +101,19 @@ inline float quantize_i8_row(const float* x, int n, int8_t* q) {
   return s;
 }
 
+// rms_norm(x) * w of n rows of width k, in double (x: float or double values).
+template <typename T>
+std::vector<double> host_rms_norm(const std::vector<T>& x, int64_t n, int64_t k, const std::vector<float>& w, double eps) {
+  std::vector<double> out(x.size());
+  for (int64_t j = 0; j < n; ++j) {
+    double ss = 0;
+    for (int64_t i = 0; i < k; ++i) ss += double(x[j * k + i]) * x[j * k + i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
+    for (int64_t i = 0; i < k; ++i) out[j * k + i] = x[j * k + i] * inv * w[i];
+  }
+  return out;
+}
+
 // ||got - ref|| / ||ref||, and a failure for any non-finite output.
 inline double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
   EXPECT_EQ(got.size(), ref.size());

@@ -100,29 +100,14 @@ TEST(CudaFusion, ResidualAddThenRmsNorm) {
     DevTensor h = dev_tensor(DType::F32, {rows, d});
     backend()->add(da.t, dbb.t, da.t);  // x += o
     backend()->rms_norm(da.t, dw.t, 1e-5f, h.t);
-    std::vector<double> sum(a.size()), ref(a.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < d; ++i) {
-        const float s = a[r * d + i] + b[r * d + i];  // the sum is an F32 value
-        sum[r * d + i] = s;
-        ss += double(s) * s;
-      }
-      const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
-      for (int64_t i = 0; i < d; ++i) ref[r * d + i] = sum[r * d + i] * inv * w[i];
-    }
+    std::vector<double> sum(a.size());
+    for (size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];  // (an F32 sum)
+    const std::vector<double> ref = host_rms_norm(sum, rows, d, w, 1e-5);
     EXPECT_LT(rel_error(download_floats(da.t), sum), 1e-7) << "d " << d;
     EXPECT_LT(rel_error(download_floats(h.t), ref), 1e-6) << "d " << d;
     backend()->rms_norm(h.t, dw.t, 1e-5f, h.t);  // plain norm, in place
     auto hv = download_floats(h.t);
-    std::vector<double> ref2(a.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < d; ++i) ss += ref[r * d + i] * ref[r * d + i];
-      const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
-      for (int64_t i = 0; i < d; ++i) ref2[r * d + i] = ref[r * d + i] * inv * w[i];
-    }
-    EXPECT_LT(rel_error(hv, ref2), 2e-6) << "d " << d << " plain";
+    EXPECT_LT(rel_error(hv, host_rms_norm(ref, rows, d, w, 1e-5)), 2e-6) << "d " << d << " plain";
   }
 }
 
@@ -260,14 +245,9 @@ TEST(CudaFusion, GraphReplayReadsNewStepMetadata) {
   DevTensor out = dev_tensor(DType::F32, {2, d});
   std::vector<int32_t> ids = {3, 7};
   auto expect_rows = [&](const std::vector<int32_t>& want) {
-    std::vector<double> ref(static_cast<size_t>(2 * d));
-    for (int r = 0; r < 2; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < d; ++i) ss += double(table[want[r] * d + i]) * table[want[r] * d + i];
-      const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
-      for (int64_t i = 0; i < d; ++i) ref[r * d + i] = table[want[r] * d + i] * inv * w[i];
-    }
-    EXPECT_LT(rel_error(download_floats(out.t), ref), 1e-6) << want[0] << " " << want[1];
+    std::vector<float> rows;  // the table rows of want, in order
+    for (int r = 0; r < 2; ++r) rows.insert(rows.end(), table.begin() + want[r] * d, table.begin() + (want[r] + 1) * d);
+    EXPECT_LT(rel_error(download_floats(out.t), host_rms_norm(rows, 2, d, w, 1e-6)), 1e-6) << want[0] << " " << want[1];
   };
   step->set_step_metadata({HostArray{ids.data(), ids.size() * sizeof(int32_t)}});
   ASSERT_TRUE(step->begin_capture().is_ok());

@@ -25,6 +25,7 @@ using cuda_test::DevTensor;
 using cuda_test::dev_floats;
 using cuda_test::dev_tensor;
 using cuda_test::download_floats;
+using cuda_test::host_rms_norm;
 using cuda_test::random_floats;
 
 float e4m3_to_float(uint8_t b) {
@@ -108,18 +109,6 @@ Tensor gpu_weight(const std::string& format, int64_t m, int64_t k, uint32_t seed
   auto w = backend()->prepare_weight(make_tensor(raw.data(), DType::BF16, {m, k}));  // copied to the GPU
   EXPECT_TRUE(w.is_ok()) << w.message();
   return w.is_ok() ? *w : Tensor{};
-}
-
-// rms_norm(x) * w of n rows of width k, in double.
-std::vector<double> host_rms_norm(const std::vector<float>& x, int n, int64_t k, const std::vector<float>& w, double eps) {
-  std::vector<double> out(x.size());
-  for (int64_t j = 0; j < n; ++j) {
-    double ss = 0;
-    for (int64_t i = 0; i < k; ++i) ss += double(x[j * k + i]) * x[j * k + i];
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
-    for (int64_t i = 0; i < k; ++i) out[j * k + i] = x[j * k + i] * inv * w[i];
-  }
-  return out;
 }
 
 double rel(const std::vector<float>& a, const std::vector<double>& b) {
@@ -444,13 +433,7 @@ TEST(CudaQuant, MatmulAccumulateAddsIntoAcc) {
     auto normed = dev_tensor(DType::F32, {c.n, c.m});
     backend()->rms_norm(acc.t, dnw.t, 1e-6f, normed.t);
     EXPECT_LT(cuda_test::rel_error(download_floats(acc.t), want), 1e-6) << c.format << " n " << c.n << " k " << c.k;
-    std::vector<double> want_norm(want.size());
-    for (int r = 0; r < c.n; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < c.m; ++i) ss += want[r * c.m + i] * want[r * c.m + i];
-      const double inv = 1.0 / std::sqrt(ss / c.m + 1e-6);
-      for (int64_t i = 0; i < c.m; ++i) want_norm[r * c.m + i] = want[r * c.m + i] * inv * nw[i];
-    }
+    const std::vector<double> want_norm = host_rms_norm(want, c.n, c.m, nw, 1e-6);
     EXPECT_LT(cuda_test::rel_error(download_floats(normed.t), want_norm), 1e-5) << c.format << " n " << c.n << " k " << c.k;
   }
 }
