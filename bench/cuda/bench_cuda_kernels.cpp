@@ -106,8 +106,12 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       });
       const double gbs = wbytes / (ms * 1e-3) / 1e9;
       char note[96];
+      const bool hold = v == kGemvHoldVariant || v == kGemvHold2Variant;
       std::snprintf(note, sizeof note, "%.1f us, %.0f%% of copy%s", ms * 1e3, 100.0 * gbs / copy_gbs,
-                    v == gemv_pick_variant(n, sh.m, sh.k) ? ", backend pick" : "");
+                    v == gemv_pick_variant(n, sh.m, sh.k)                    ? ", backend pick"
+                    : hold && !gemv_hold_applies(v, n, sh.m, sh.k) ? ", ran variant 7"
+                    : hold                                             ? ", weights held before the wait"
+                                                                       : "");
       const std::string rows = n == 1 ? "" : "n=" + std::to_string(n) + " ";
       result("gemv", "ember bf16 " + rows + "v" + std::to_string(v) + (pdl ? "+pdl" : "") + " (" +
                          std::to_string(kGemvVariants[v].rows_per_warp) + "r x" +
@@ -121,7 +125,8 @@ void bench_gemv(cudaStream_t s, double copy_gbs, LtGemm& lt) {
       for (int v = 0; v < kGemvNumVariants; ++v) time_variant(1, v, pdl);
     for (int n : {2, 4})
       for (int v = 0; v < kGemvNumVariants; ++v)
-        if (gemv_variant_takes(v, n, sh.k)) time_variant(n, v, true);
+        if (gemv_variant_takes(v, n, sh.k) && v != kGemvHoldVariant && v != kGemvHold2Variant)
+          time_variant(n, v, true);
     const double ms = time_graph(s, per_graph, 9, [&](int i) {
       const Status st = lt.matmul(DType::BF16, xb, w[i % copies], y, 1, sh.m, sh.k, ws, 32u << 20, s);
       if (!st.is_ok()) {

@@ -121,6 +121,51 @@ TEST(CudaMatmul, GemvVariantsAgree) {
   }
 }
 
+// The hold variant (8 rows a block, 4 of them copied into shared memory before the PDL wait)
+// computes each row as variant 7 does, so it must equal it bit for bit: a whole wave (4096 x
+// 4096), a last block with 2 of its shared-memory rows (1006), one with none (1003, 13), k not a
+// whole slab (1032) and the largest k it takes (6144), with a bias, as a PDL launch.
+TEST(CudaMatmul, GemvHoldVariantEqualsVariant7) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t m, k;
+  };
+  for (const Shape sh : {Shape{4096, 4096}, Shape{1006, 1032}, Shape{1003, 6144}, Shape{13, 4104}}) {
+    auto wf = random_floats(sh.m * sh.k, 310, -0.5f, 0.5f);
+    Tensor host = make_tensor(wf.data(), DType::F32, {sh.m, sh.k});
+    auto w = backend()->prepare_weight(host);
+    ASSERT_TRUE(w.is_ok());
+    auto x = random_floats(sh.k, 311);
+    auto bias = random_floats(sh.m, 312);
+    DevTensor dx = dev_floats(x, {1, sh.k}), db = dev_floats(bias, {sh.m});
+    DevTensor o7 = dev_tensor(DType::F32, {1, sh.m});
+    ASSERT_EQ(cuda::launch_gemv_bf16(w->data, dx.t.as<float>(), db.t.as<float>(), o7.t.as<float>(), 1, sh.m, sh.k, 7,
+                                     /*pdl=*/true, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> a = download_floats(o7.t);
+    std::vector<double> ref(static_cast<size_t>(sh.m));
+    for (int64_t r = 0; r < sh.m; ++r) {
+      double s = bias[r];
+      for (int64_t j = 0; j < sh.k; ++j) s += double(round_to(DType::BF16, wf[r * sh.k + j])) * x[j];
+      ref[r] = s;
+    }
+    EXPECT_LT(rel_error(a, ref), 2e-6) << sh.m << " x " << sh.k;
+    for (const int v : {cuda::kGemvHoldVariant, cuda::kGemvHold2Variant}) {
+      ASSERT_TRUE(cuda::gemv_hold_applies(v, 1, sh.m, sh.k)) << sh.m << " x " << sh.k << " variant " << v;
+      DevTensor oh = dev_tensor(DType::F32, {1, sh.m});
+      ASSERT_EQ(cuda::launch_gemv_bf16(w->data, dx.t.as<float>(), db.t.as<float>(), oh.t.as<float>(), 1, sh.m, sh.k, v,
+                                       /*pdl=*/true, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> b = download_floats(oh.t);
+      int64_t differ = 0;
+      for (int64_t r = 0; r < sh.m; ++r) differ += !(a[r] == b[r]);
+      EXPECT_EQ(differ, 0) << sh.m << " x " << sh.k << " variant " << v << ": rows that differ from variant 7";
+    }
+  }
+}
+
 // A chain of programmatic dependent launches where each GEMV reads the previous one's output:
 // the early weight loads must not let x be read before its producer finished.
 TEST(CudaMatmul, GemvPdlChainWaitsForProducer) {
@@ -142,8 +187,10 @@ TEST(CudaMatmul, GemvPdlChainWaitsForProducer) {
   for (int i = 0; i < steps; ++i) {
     const Tensor& src = i % 2 == 0 ? a.t : b.t;
     const Tensor& dst = i % 2 == 0 ? b.t : a.t;
+    // (every other launch the hold variant, whose blocks copy their weights before the wait)
     ASSERT_EQ(cuda::launch_gemv_bf16(dws[i].data, src.as<float>(), nullptr, dst.as<float>(), 1, d, d,
-                                     cuda::kGemvDefaultVariant, /*pdl=*/true, nullptr),
+                                     i % 2 == 0 ? cuda::kGemvDefaultVariant : cuda::kGemvHoldVariant,
+                                     /*pdl=*/true, nullptr),
               cudaSuccess);
     std::vector<double> next(static_cast<size_t>(d), 0.0);
     for (int64_t r = 0; r < d; ++r)

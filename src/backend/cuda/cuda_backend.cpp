@@ -83,7 +83,10 @@ bool switched_on(const char* name) {
 }  // namespace
 
 int CudaBackend::gemv_variant(int n, int64_t m, int64_t k) const {
-  return gemv_variant_takes(gemv_variant_, n, k) ? gemv_variant_ : gemv_pick_variant(n, m, k);
+  if (gemv_variant_takes(gemv_variant_, n, k)) return gemv_variant_;
+  const int picked = gemv_pick_variant(n, m, k);
+  // (the hold variant runs variant 7 where it does not apply)
+  return picked == 7 && n == 1 && gemv_hold_ != 0 ? gemv_hold_ : picked;
 }
 
 Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
@@ -110,6 +113,9 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);
+  // Opt-in until measured on a GPU (docs/CUDA_NOTES.md "Session 35"): 3 the 4 + 6-row form, 2 the 4 + 4.
+  if (const char* v = std::getenv("EMBER_CUDA_GEMV_HOLD"))
+    be->gemv_hold_ = std::string(v) == "3" ? kGemvHoldVariant : std::string(v) == "2" ? kGemvHold2Variant : 0;
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
   // (the default before session 14), 4 three consumers overlapping softmax and P V on 64-key

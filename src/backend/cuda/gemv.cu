@@ -14,6 +14,9 @@
 #include "backend/cuda/probe.cuh"
 #include "backend/cuda/smem_limit.h"
 
+#include <mutex>
+#include <vector>
+
 namespace ember::cuda {
 
 namespace {
@@ -190,6 +193,170 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
     }
 }
 
+// One-row GEMV whose blocks hold all of their weights before the PDL wait (variant 10): a block
+// takes 4 + 2 S rows, the first 4 as variant 7 (two rows a warp, four warps a row pair, each
+// lane's chunks in registers) and the other 2 S copied whole into shared memory by one bulk copy
+// (the TMA engine) issued before the wait. At 4 blocks an SM (S = 2) or fewer blocks of more rows
+// (S = 3, room for the previous kernel's blocks), a 4096-row matrix is one wave, so all of it
+// streams while the previous kernel runs: a batch-1 step's o projection after its attention,
+// which occupies 8 SMs and leaves DRAM idle (variant 7 holds about half of it, in the first
+// wave's registers). Only for N == 1, one matrix, and when the grid fits at once.
+template <int S>
+__global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const MultiArgs A) {
+  constexpr int R = 2, U = 4, KS = 4;
+  constexpr int kRegRows = 2 * R, kRows = kRegRows + 2 * S;  // a block's
+  constexpr int RR = R + S;  // a warp's register rows, then its shared-memory rows
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kpart = warp % KS, task = warp / KS;
+  const int64_t m = A.m[0], k = A.k, k8 = k / 8;
+  const uint16_t* w = A.w[0];
+  const int64_t reg_row0 = blockIdx.x * int64_t{kRows} + task * R;
+  const int64_t smem_row0 = blockIdx.x * int64_t{kRows} + kRegRows;
+  extern __shared__ __align__(128) uint4 s_w[];  // [2 S][k8]
+  __shared__ __align__(8) uint64_t s_bar;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&s_bar));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    const int64_t rows = m - smem_row0 < 2 * S ? m - smem_row0 : 2 * S;
+    if (rows > 0) {
+      const auto bytes = static_cast<uint32_t>(rows * k * 2);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+              static_cast<uint32_t>(__cvta_generic_to_shared(s_w))),
+          "l"(w + smem_row0 * k), "r"(bytes), "r"(bar)
+          : "memory");
+    } else {
+      asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+    }
+  }
+#endif
+  const uint4* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    // Rows past m re-read row m - 1 and are never stored.
+    const int64_t row = reg_row0 + r < m ? reg_row0 + r : m - 1;
+    wr[r] = reinterpret_cast<const uint4*>(w + row * k);
+  }
+  float acc[RR];
+#pragma unroll
+  for (int r = 0; r < RR; ++r) acc[r] = 0.0f;
+  uint4 wv[R][U];
+  auto load = [&](int64_t base) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t idx = base + u * 32;
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[r][u] = idx < k8 ? load_stream_16(wr[r] + idx) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  constexpr int kSlab = 32 * U;
+  const int64_t first = lane + int64_t{kpart} * kSlab;
+  load(first);
+  __syncthreads();  // the barrier's initialization, before any thread waits on it
+  pdl_wait();
+  pdl_launch_dependents();
+  // Calls chunk(u, idx, x0, x1) for each of this lane's chunks (x0, x1: x's 8 floats there),
+  // slab by slab, and slab_end(base) after each slab: the same order for both kinds of rows.
+  auto sweep = [&](auto&& chunk, auto&& slab_end) {
+    for (int64_t base = first; base < k8; base += kSlab * KS) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t idx = base + u * 32;
+        if (idx < k8) {
+          const float4* xp = reinterpret_cast<const float4*>(A.x) + idx * 2;
+          chunk(u, idx, __ldg(xp), __ldg(xp + 1));
+        }
+      }
+      slab_end(base);
+    }
+  };
+  sweep(
+      [&](int u, int64_t, float4 x0, float4 x1) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += dot8(wv[r][u], x0, x1);
+      },
+      [&](int64_t base) {
+        if (base + kSlab * KS < k8) load(base + kSlab * KS);
+      });
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar)
+                 : "memory");
+  } while (!done);
+#endif
+  // Shared-memory rows: this warp's rows task * S + r of the block's copy, the same chunks.
+  sweep(
+      [&](int, int64_t idx, float4 x0, float4 x1) {
+#pragma unroll
+        for (int r = 0; r < S; ++r) acc[R + r] += dot8(s_w[(task * S + r) * k8 + idx], x0, x1);
+      },
+      [](int64_t) {});
+  // The KS warps of a row group add their sums in a fixed order (warp kpart 0 stores).
+  __shared__ float s_part[kWarps][RR];
+#pragma unroll
+  for (int r = 0; r < RR; ++r) {
+    const float part = warp_sum(acc[r]);
+    if (lane == 0) s_part[warp][r] = part;
+  }
+  __syncthreads();
+  if (kpart != 0 || lane >= RR) return;
+  float sum = s_part[warp][lane];
+#pragma unroll
+  for (int p = 1; p < KS; ++p) sum += s_part[warp + p][lane];
+  const int64_t row = lane < R ? reg_row0 + lane : smem_row0 + task * S + (lane - R);
+  if (row < m) A.out[0][row] = sum + (A.bias[0] ? A.bias[0][row] : 0.0f);
+}
+
+// Blocks of hold kernel S that one GPU holds at once with smem bytes of shared memory, cached
+// per device (0 when it cannot run: before sm_90, or a query failed).
+template <int S>
+int hold_resident_blocks(size_t smem) {
+  struct Entry {
+    int dev;
+    size_t smem;
+    int blocks;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : cache)
+    if (e.dev == dev && e.smem == smem) return e.blocks;
+  int major = 0, sms = 0, per_sm = 0;
+  int blocks = 0;
+  const void* kernel = reinterpret_cast<const void*>(gemv_bf16_hold_kernel<S>);
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      raise_smem_limit(kernel, static_cast<int>(kGemvHoldMaxSmem)) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_bf16_hold_kernel<S>, kWarps * 32, smem) ==
+          cudaSuccess)
+    blocks = per_sm * sms;
+  cache.push_back({dev, smem, blocks});
+  return blocks;
+}
+
+// Hold kernel S's shared memory for A, or 0 when A's grid does not fit the GPU at once.
+template <int S>
+size_t hold_smem_if_fits(const MultiArgs& A) {
+  const auto smem = static_cast<size_t>(2 * S * A.k) * 2;
+  const int64_t grid = (A.m[0] + 4 + 2 * S - 1) / (4 + 2 * S);
+  return static_cast<int64_t>(smem) <= kGemvHoldMaxSmem && grid <= hold_resident_blocks<S>(smem) ? smem : 0;
+}
+
+template <int S>
+cudaError_t launch_hold(const MultiArgs& A, size_t smem, bool pdl, cudaStream_t stream) {
+  const int64_t grid = (A.m[0] + 4 + 2 * S - 1) / (4 + 2 * S);
+  return launch_kernel(gemv_bf16_hold_kernel<S>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), smem, stream,
+                       pdl, A);
+}
+
 template <int N, int R, int U, bool kSmemX, bool kGlu, int KS = 1>
 cudaError_t launch(const MultiArgs& A, bool pdl, cudaStream_t stream) {
   auto kernel = gemv_bf16_kernel<N, R, U, kSmemX, kGlu, KS>;
@@ -217,6 +384,8 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
   static_assert(kGemvVariants[7].rows_per_warp == 2 && kGemvVariants[7].unroll == 4 && kGemvVariants[7].k_splits == 4);
   static_assert(kGemvVariants[8].rows_per_warp == 1 && kGemvVariants[8].unroll == 8 && kGemvVariants[8].k_splits == 2);
   static_assert(kGemvVariants[9].rows_per_warp == 1 && kGemvVariants[9].unroll == 8 && kGemvVariants[9].k_splits == 4);
+  static_assert(kGemvVariants[10].rows_per_warp == 2 && kGemvVariants[10].unroll == 4 && kGemvVariants[10].k_splits == 4);
+  static_assert(kGemvVariants[11].rows_per_warp == 2 && kGemvVariants[11].unroll == 4 && kGemvVariants[11].k_splits == 4);
   switch (variant) {
     case 0: return launch<N, 1, 8, false, kGlu>(A, pdl, stream);
     case 1: return launch<N, 2, 4, false, kGlu>(A, pdl, stream);
@@ -226,6 +395,16 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
     default: break;
   }
   if constexpr (!kGlu) {
+    if (variant == kGemvHoldVariant || variant == kGemvHold2Variant) {
+      // Only one row of x and one matrix whose blocks all fit at once; otherwise variant 7.
+      if constexpr (N == 1) {
+        if (A.n_segs == 1 && variant == kGemvHoldVariant)
+          if (const size_t smem = hold_smem_if_fits<3>(A)) return launch_hold<3>(A, smem, pdl, stream);
+        if (A.n_segs == 1 && variant == kGemvHold2Variant)
+          if (const size_t smem = hold_smem_if_fits<2>(A)) return launch_hold<2>(A, smem, pdl, stream);
+      }
+      return launch<N, 2, 4, false, false, 4>(A, pdl, stream);
+    }
     switch (variant) {
       case 2: return launch<N, 4, 4, false, false>(A, pdl, stream);
       case 3: return launch<N, 2, 8, false, false>(A, pdl, stream);
@@ -254,6 +433,16 @@ cudaError_t dispatch(int n, int variant, const MultiArgs& A, bool pdl, cudaStrea
 bool gemv_supported(int n, int64_t k, const void* x, const void* w) {
   return n >= 1 && n <= kGemvMaxBatch && k % 8 == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+bool gemv_hold_applies(int variant, int n, int64_t m, int64_t k) {
+  MultiArgs A;
+  A.m[0] = m;
+  A.k = k;
+  if (n != 1 || m < 1 || k % 8 != 0) return false;
+  if (variant == kGemvHoldVariant) return hold_smem_if_fits<3>(A) != 0;
+  if (variant == kGemvHold2Variant) return hold_smem_if_fits<2>(A) != 0;
+  return false;
 }
 
 cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, float* out, int n,

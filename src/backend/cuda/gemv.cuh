@@ -21,9 +21,17 @@ struct GemvVariant {
 // reading it through L1 next to the streaming weights. Variants 6-9 split rows over 2 or 4
 // warps: a block covers fewer rows, so a matrix of few rows (4096) makes more, shorter blocks
 // and the SMs finish together.
-constexpr int kGemvNumVariants = 10;
-constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8}, {2, 4}, {4, 4},    {2, 8},    {1, 8},
-                                                         {2, 4}, {2, 4, 2}, {2, 4, 4}, {1, 8, 2}, {1, 8, 4}};
+// Variants 10 and 11 are variant 7 whose blocks take 4 + 6 (10) or 4 + 4 (11) rows, the second
+// part copied into shared memory before the PDL wait, so that a whole matrix streams while the
+// previous kernel runs (one row of x and one matrix whose blocks fit the GPU at once; other
+// launches of them run variant 7).
+constexpr int kGemvNumVariants = 12;
+constexpr GemvVariant kGemvVariants[kGemvNumVariants] = {{1, 8},    {2, 4},    {4, 4},    {2, 8},
+                                                         {1, 8},    {2, 4},    {2, 4, 2}, {2, 4, 4},
+                                                         {1, 8, 2}, {1, 8, 4}, {2, 4, 4}, {2, 4, 4}};
+constexpr int kGemvHoldVariant = 10;
+constexpr int kGemvHold2Variant = 11;
+constexpr int64_t kGemvHoldMaxSmem = 96 * 1024;  // 6 rows of k <= 8192
 constexpr int64_t kGemvMaxSmemX = 96 * 1024;
 constexpr int kGemvDefaultVariant = 1;
 // The variant measured fastest on an H200 for n rows of x and m rows of weights of length k
@@ -71,6 +79,10 @@ struct GemvSeg {
 };
 
 // n_segs (1..kGemvMaxSegs) GEMVs over the same x in one launch (their rows form one grid).
+// Whether a one-matrix launch of hold variant v (kGemvHoldVariant, kGemvHold2Variant) with n rows
+// of x runs its own kernel on this GPU (false: it runs variant 7).
+bool gemv_hold_applies(int variant, int n, int64_t m, int64_t k);
+
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
                                    int64_t k, int variant, bool pdl, cudaStream_t stream);
 
