@@ -14,6 +14,9 @@
 # TESTS: test binaries in the tar run first (each with TEST_ENV, "NAME=VALUE" settings separated
 # by spaces, one run per setting; default one plain run). Logs and summary.txt go to LOG_DIR
 # (default $OUT). The weights are tools/make_cuda_bench_weights.py's random Llama-3-8B.
+# TRACES: FORMAT:NAME[:VAR=VALUE[,...]] each, run after the speed rounds under CUPTI (the tar's
+# libember_cupti_trace.so, bench/cuda/cupti_trace.cpp) and summarized per kernel by
+# cupti_trace_summary.py into trace-*.txt (each kernel's share of a decode step's critical path).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck disable=SC2034  # (read by device-setup.sh)
@@ -54,4 +57,18 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
       note "$f $spec round $r: rc=$? $(grep -E 'tg[0-9]+' "$log" | tail -1 | tr -s ' ') ($(( $(date +%s) - start )) s)"
     done
   done
+done
+for spec in ${TRACES:-}; do
+  f=${spec%%:*} rest=${spec#*:}
+  name=${rest%%:*}
+  envs=()
+  [[ $rest == *:* ]] && IFS=, read -r -a envs <<<"${rest#*:}"
+  tag=${spec//[^A-Za-z0-9_=]/_}
+  [ -f "$bin/libember_cupti_trace.so" ] || { note "trace $spec: no libember_cupti_trace.so in the tar"; break; }
+  env "${envs[@]}" CUDA_INJECTION64_PATH="$bin/libember_cupti_trace.so" EMBER_TRACE_OUT="$logs/trace-$tag.csv" \
+    EMBER_TRACE_SKIP=2000 timeout 200 "$bin/$name" bench speed -m "$model" --device cuda --weight-format "$f" \
+    -r 1 -p 128 -n 256 >"$logs/trace-$tag.log" 2>&1
+  rc=$?
+  python3 "$root/bench/cuda/cupti_trace_summary.py" "$logs/trace-$tag.csv" >"$logs/trace-$tag.txt" 2>&1
+  note "trace $spec: rc=$rc, summary trace-$tag.txt ($(( $(date +%s) - start )) s)"
 done
