@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
     }
 }
 
-// One-row GEMV whose blocks hold all of their weights before the PDL wait (variant 10): a block
+// One-row GEMV whose blocks hold all of their weights before the PDL wait (variants 10, 11): a block
 // takes 4 + 2 S rows, the first 4 as variant 7 (two rows a warp, four warps a row pair, each
 // lane's chunks in registers) and the other 2 S copied whole into shared memory by one bulk copy
 // (the TMA engine) issued before the wait. At 4 blocks an SM (S = 2) or fewer blocks of more rows
