@@ -78,11 +78,11 @@ struct GemvSeg {
   int64_t m = 0;
 };
 
-// n_segs (1..kGemvMaxSegs) GEMVs over the same x in one launch (their rows form one grid).
 // Whether a one-matrix launch of hold variant v (kGemvHoldVariant, kGemvHold2Variant) with n rows
 // of x runs its own kernel on this GPU (false: it runs variant 7).
 bool gemv_hold_applies(int variant, int n, int64_t m, int64_t k);
 
+// n_segs (1..kGemvMaxSegs) GEMVs over the same x in one launch (their rows form one grid).
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
                                    int64_t k, int variant, bool pdl, cudaStream_t stream);
 
