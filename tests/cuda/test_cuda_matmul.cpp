@@ -121,16 +121,17 @@ TEST(CudaMatmul, GemvVariantsAgree) {
   }
 }
 
-// The hold variant (8 rows a block, 4 of them copied into shared memory before the PDL wait)
-// computes each row as variant 7 does, so it must equal it bit for bit: a whole wave (4096 x
-// 4096), a last block with 2 of its shared-memory rows (1006), one with none (1003, 13), k not a
-// whole slab (1032) and the largest k it takes (6144), with a bias, as a PDL launch.
+// The hold variants (4 + 6 and 4 + 4 rows a block, the second part copied into shared memory
+// before the PDL wait) compute each row as variant 7 does, so they must equal it bit for bit: a
+// whole wave (4096 x 4096), a last block with 2 of its shared-memory rows (1006), one with none
+// (1003; 13 at 4 + 6), k not a whole slab (1032, 4104) and the largest k variant 10 takes (8192),
+// with a bias, as PDL launches.
 TEST(CudaMatmul, GemvHoldVariantEqualsVariant7) {
   SKIP_WITHOUT_GPU();
   struct Shape {
     int64_t m, k;
   };
-  for (const Shape sh : {Shape{4096, 4096}, Shape{1006, 1032}, Shape{1003, 6144}, Shape{13, 4104}}) {
+  for (const Shape sh : {Shape{4096, 4096}, Shape{1006, 1032}, Shape{1003, 8192}, Shape{13, 4104}}) {
     auto wf = random_floats(sh.m * sh.k, 310, -0.5f, 0.5f);
     Tensor host = make_tensor(wf.data(), DType::F32, {sh.m, sh.k});
     auto w = backend()->prepare_weight(host);
