@@ -171,6 +171,12 @@ int run_throughput(const ThroughputOptions& o) {
                         "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_ms", "kv_unused_fraction",
                         "prefix_cache_hit_rate", "preemptions"})
     fmt::print("{:<24} {:>12.4f}\n", k, j[k].get<double>());
+  if (stats.spec_draft_tokens > 0) {
+    j["spec_draft_tokens"] = stats.spec_draft_tokens;
+    j["spec_accepted_tokens"] = stats.spec_accepted_tokens;
+    fmt::print("{:<24} {:>12}\n{:<24} {:>12}\n", "spec_draft_tokens", stats.spec_draft_tokens, "spec_accepted_tokens",
+               stats.spec_accepted_tokens);
+  }
   // CUDA graphs the run left captured (batch sizes x block-table widths; device memory each).
   if (const auto* mr = dynamic_cast<const ModelRunner*>(&engine.executor()); mr && mr->num_cuda_graphs() > 0) {
     j["decode_graphs"] = mr->num_cuda_graphs();

@@ -129,6 +129,10 @@ int run(const RunOptions& o) {
   fmt::print(stderr, "decode: {} tokens, {:.1f} tok/s (finish: {})\n", n_generated,
              n_generated > 1 ? (n_generated - 1) / std::max(decode_s, 1e-9) : 0.0,
              reason == FinishReason::kStop ? "stop" : reason == FinishReason::kLength ? "length" : "other");
+  if (const EngineStats st = (*engine)->stats(); st.spec_draft_tokens > 0)
+    fmt::print(stderr, "speculative: {} drafts, {} kept ({:.0f}%), {} steps for {} tokens\n", st.spec_draft_tokens,
+               st.spec_accepted_tokens, 100.0 * static_cast<double>(st.spec_accepted_tokens) / static_cast<double>(st.spec_draft_tokens),
+               st.num_steps, n_generated);
   return 0;
 }
 

@@ -54,6 +54,13 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
                  "capture each batch size on its second step instead)")
       ->check(CLI::Range(0, 4096));
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "disable prefix caching");
+  app.add_option("--spec-ngram", o.spec_ngram,
+                 "speculative decoding: each decode step also verifies up to N draft tokens copied from where the "
+                 "sequence's last tokens occurred before (prompt lookup); same output, fewer steps where text repeats "
+                 "(0: off; such steps sample on the host, without pipelining)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--spec-ngram-max", o.spec_ngram_max, "speculative decoding: the longest suffix looked up (1 token is the shortest)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
 
@@ -196,6 +203,8 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
                 : o.pipeline == "off" ? EngineConfig::Pipeline::kOff
                                       : EngineConfig::Pipeline::kAuto;
   ec.warm_up_graph_seqs = o.warmup_graphs;
+  ec.spec.num_tokens = o.spec_ngram;
+  ec.spec.ngram_max = o.spec_ngram_max;
   // (shared: the engine keeps its config, and so this callback, beyond this scope)
   auto bar = std::make_shared<std::optional<ProgressBar>>();
   ec.warm_up_progress = [bar](int done, int total) {

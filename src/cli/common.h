@@ -35,6 +35,8 @@ struct ModelOptions {
   std::string pipeline = "auto";  // EngineConfig::pipeline: auto, on, off
   int warmup_graphs = -1;  // EngineConfig::warm_up_graph_seqs: -1 = the runner's default (16)
   bool no_prefix_cache = false;
+  int spec_ngram = 0;       // EngineConfig::spec.num_tokens: n-gram drafts a decode step (0: off)
+  int spec_ngram_max = 3;   // EngineConfig::spec.ngram_max
   bool deterministic = false;
   uint64_t seed = 0;
 };

@@ -33,10 +33,15 @@ struct LlmEngine::Counters {
   int64_t num_steps = 0;
   int64_t requests_finished = 0;
   int64_t requests_aborted = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
 };
 
 Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecutor> executor,
                                                      EngineConfig config) {
+  if (config.spec.num_tokens < 0 || config.spec.ngram_min < 1 || config.spec.ngram_max < config.spec.ngram_min)
+    return Status::errorf("speculative decoding: {} drafts over n-grams of {}..{} tokens (want >= 0 drafts, 1 <= min <= max)",
+                          config.spec.num_tokens, config.spec.ngram_min, config.spec.ngram_max);
   if (!executor) return Status::error("LlmEngine needs a model executor");
   SchedulerConfig& sc = config.scheduler;
   const int max_context = executor->max_context();
@@ -78,7 +83,9 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig confi
       scheduler_(std::make_unique<Scheduler>(config_.scheduler, config_.eos_token_ids)),
       sampler_(std::make_unique<Sampler>(config_.eos_token_ids, config_.sampler_threads)),
       counters_(std::make_unique<Counters>()) {
-  const bool pipeline = config_.pipeline == EngineConfig::Pipeline::kOn
+  const bool speculative = config_.spec.num_tokens > 0;  // (its steps sample on the host)
+  const bool pipeline = speculative ? false
+                        : config_.pipeline == EngineConfig::Pipeline::kOn
                             ? executor_->can_execute_argmax() || executor_->can_pipeline_argmax()
                             : config_.pipeline == EngineConfig::Pipeline::kAuto && executor_->can_pipeline_argmax();
   if (pipeline) pipeline_ = std::make_unique<ArgmaxPipeline>(*executor_);
@@ -152,7 +159,7 @@ void LlmEngine::emit(const std::vector<SeqUpdate>& updates, std::vector<RequestO
     RequestOutput o;
     o.request_id = u.request_id;
     o.index = u.sample_index;
-    if (u.new_token) o.new_token_ids.push_back(*u.new_token);
+    o.new_token_ids = u.new_tokens;
     o.finished = u.finished;
     o.finish_reason = u.finish_reason;
     o.stop_token_id = u.stop_token_id;
@@ -196,8 +203,11 @@ std::vector<RequestOutput> LlmEngine::step() {
   }
   if (!scheduler_->has_work()) return outputs;
   const auto t0 = std::chrono::steady_clock::now();
+  if (config_.spec.num_tokens > 0) propose_drafts();
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) return outputs;
+  const bool speculative = std::any_of(so.samples.begin(), so.samples.end(),
+                                       [](const SampleSlot& s) { return s.n_drafts > 0; });
   ++counters_->num_steps;
   if (step_profile::enabled()) {  // the step's kind is known once it is scheduled
     step_profile::begin_step(so.batch.n_tokens() == so.batch.n_seqs(), so.batch.n_seqs(), so.batch.n_tokens());
@@ -213,7 +223,7 @@ std::vector<RequestOutput> LlmEngine::step() {
   } t_step{t0};
 
   // Every row a plain argmax: let the executor pick the tokens where the logits are.
-  bool argmax_step = executor_->can_execute_argmax();
+  bool argmax_step = !speculative && executor_->can_execute_argmax();
   for (size_t i = 0; argmax_step && i < so.samples.size(); ++i) {
     const Request* r = scheduler_->find(so.samples[i].seq_id);
     argmax_step = r != nullptr && is_plain_argmax(r->params, r->output().size());
@@ -235,7 +245,7 @@ std::vector<RequestOutput> LlmEngine::step() {
   // kDeviceMaxTopLogprobs top logprob alternatives, which validate() refuses anyway):
   // sample there; the uniform draws come from each request's random stream, as on the host,
   // and bias / penalties / min_tokens travel as per-token lists (Sampler::token_adjustments).
-  bool device_sample_step = !argmax_step && executor_->can_execute_sample();
+  bool device_sample_step = !speculative && !argmax_step && executor_->can_execute_sample();
   for (size_t i = 0; device_sample_step && i < so.samples.size(); ++i) {
     const Request* r = scheduler_->find(so.samples[i].seq_id);
     device_sample_step = r != nullptr && is_device_sampleable(r->params);
@@ -305,6 +315,29 @@ std::vector<RequestOutput> LlmEngine::step() {
         std::max(0, std::min(end, r->num_prompt_tokens) - s.n_computed_before);
   }
   step_profile::Scope t_sample("engine: sample");
+  if (speculative) {
+    std::vector<std::vector<SampledToken>> picks = sample_speculative(so);
+    std::vector<std::vector<int32_t>> tokens(picks.size());
+    for (size_t i = 0; i < picks.size(); ++i) {
+      for (const SampledToken& p : picks[i]) tokens[i].push_back(p.token_id);
+      counters_->spec_draft_tokens += so.samples[i].n_drafts;
+      counters_->spec_accepted_tokens += static_cast<int64_t>(picks[i].size()) - 1;
+    }
+    t_sample.stop();
+    step_profile::Scope t_update("engine: update + emit");
+    const std::vector<SeqUpdate> updates = scheduler_->update(so, std::span<const std::vector<int32_t>>(tokens));
+    const size_t first = outputs.size();
+    emit(updates, outputs);
+    EMBER_CHECK(outputs.size() - first == picks.size());
+    for (size_t i = 0; i < picks.size(); ++i) {
+      RequestOutput& o = outputs[first + i];
+      counters_->generation_tokens_total += static_cast<int64_t>(o.new_token_ids.size());
+      // (tokens after a stop were dropped: their logprobs too)
+      for (size_t j = 0; j < o.new_token_ids.size(); ++j)
+        if (picks[i][j].logprobs) o.logprobs.push_back(*picks[i][j].logprobs);
+    }
+    return outputs;
+  }
   std::vector<SampledToken> sampled;
   if (device_sample_step) {
     sampled.resize(so.samples.size());
@@ -339,6 +372,43 @@ std::vector<RequestOutput> LlmEngine::step() {
     if (sampled[i].logprobs) outputs[first + i].logprobs.push_back(*sampled[i].logprobs);
   }
   return outputs;
+}
+
+void LlmEngine::propose_drafts() {
+  for (const SeqId seq : scheduler_->running()) {
+    Request* r = scheduler_->find(seq);
+    if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1) continue;  // (not decoding)
+    r->draft_ids = config_.propose_drafts ? config_.propose_drafts(r->token_ids)
+                                          : propose_ngram(r->token_ids, config_.spec);
+    if (static_cast<int>(r->draft_ids.size()) > config_.spec.num_tokens)
+      r->draft_ids.resize(static_cast<size_t>(config_.spec.num_tokens));
+  }
+}
+
+std::vector<std::vector<SampledToken>> LlmEngine::sample_speculative(const SchedulerOutput& so) {
+  std::vector<std::vector<SampledToken>> picks(so.samples.size());
+  std::vector<int32_t> history;
+  for (size_t i = 0; i < so.samples.size(); ++i) {
+    const SampleSlot& slot = so.samples[i];
+    Request* r = scheduler_->find(slot.seq_id);
+    EMBER_CHECK(r != nullptr && static_cast<int>(r->draft_ids.size()) == slot.n_drafts);
+    // Row d picks the token after draft d - 1 with the drafts before it in the history, from the
+    // request's own random stream: each pick is drawn as it would be without drafts, so a
+    // confirmed draft is exactly a token that would have been generated (for a one-token draft
+    // this is rejection sampling: kept with the pick's probability of it, else the pick is a
+    // draw from the rest of the distribution).
+    history.assign(r->output().begin(), r->output().end());
+    for (int d = 0; d <= slot.n_drafts; ++d) {
+      const int row = slot.logits_row + d;
+      const std::span<const float> row_logits(logits_.data() + static_cast<size_t>(row) * static_cast<size_t>(vocab_size_),
+                                              static_cast<size_t>(vocab_size_));
+      const SamplerRow sr{row, &r->params, r->prompt(), history, &r->rng};
+      picks[i].push_back(sampler_->sample_row(row_logits, sr));
+      if (d == slot.n_drafts || picks[i].back().token_id != r->draft_ids[static_cast<size_t>(d)]) break;
+      history.push_back(r->draft_ids[static_cast<size_t>(d)]);
+    }
+  }
+  return picks;
 }
 
 bool LlmEngine::continues_greedy(const SchedulerOutput& prev) const {
@@ -453,6 +523,8 @@ EngineStats LlmEngine::stats() const {
   s.prompt_tokens_computed = counters_->prompt_tokens_computed;
   s.generation_tokens_total = counters_->generation_tokens_total;
   s.num_steps = counters_->num_steps;
+  s.spec_draft_tokens = counters_->spec_draft_tokens;
+  s.spec_accepted_tokens = counters_->spec_accepted_tokens;
   s.requests_finished = counters_->requests_finished;
   s.requests_aborted = counters_->requests_aborted;
   return s;

@@ -6,6 +6,7 @@
 #include "engine/outputs.h"
 #include "runner/model_executor.h"
 #include "sched/scheduler_config.h"
+#include "spec/ngram_proposer.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@ namespace ember {
 class ArgmaxPipeline;
 class Scheduler;
 class Sampler;
+struct SampledToken;
 struct SchedulerOutput;
 struct SeqUpdate;
 
@@ -59,6 +62,13 @@ struct EngineConfig {
   bool warm_up = true;
   int warm_up_graph_seqs = -1;
   std::function<void(int done, int total)> warm_up_progress;
+  // Speculative decoding with n-gram drafts (spec.num_tokens > 0): each decode step also
+  // verifies up to spec.num_tokens drafts from propose_ngram, keeping those its picks confirm,
+  // so the output is what it would be without (greedy and seeded sampling alike) in fewer steps.
+  // Such steps sample on the host from full logits, and pipelining is off.
+  NgramSpecConfig spec;
+  // Tests: drafts from this instead of propose_ngram (given a sequence's tokens so far).
+  std::function<std::vector<int32_t>(std::span<const int32_t>)> propose_drafts;
 };
 
 class LlmEngine {
@@ -99,6 +109,11 @@ class LlmEngine {
 
   std::vector<Request> make_samples(EngineRequest request);
   void emit(const std::vector<SeqUpdate>& updates, std::vector<RequestOutput>& outputs);
+  // Speculative decoding: drafts for every running sequence about to decode.
+  void propose_drafts();
+  // Samples a step with drafts on the host: per sample, the pick of each row in order (with the
+  // confirmed drafts in the history) until one differs from its draft.
+  std::vector<std::vector<SampledToken>> sample_speculative(const SchedulerOutput& so);
   // Pipelined greedy steps: queue the continuation of inflight_ (when the scheduler allows
   // one), then collect inflight_'s tokens and apply them.
   void step_pipelined(std::vector<RequestOutput>& outputs);

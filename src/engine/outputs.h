@@ -68,6 +68,9 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t requests_finished = 0;  // finished samples, any reason (n samples count n)
   int64_t requests_aborted = 0;   // abort() calls that found a live request
+  // Speculative decoding: drafts verified, and those confirmed (each saved a step's token).
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
 };
 
 }  // namespace ember

@@ -59,6 +59,11 @@ struct Request {
   int num_preemptions = 0;
   // max_tokens with the context window applied (set at add time).
   int max_output_tokens = 0;
+  // Draft tokens to verify in the next step (speculative decoding), set by the engine before
+  // schedule(): a decode step then runs them after the last token, and update() keeps those its
+  // picks confirm. The scheduler may shorten them (budget, max_tokens, context window) and clears
+  // them once applied or on preemption.
+  std::vector<int32_t> draft_ids;
   // Per-sequence random stream (seeded from params.seed or the engine), so sampling does not
   // depend on batch neighbours.
   std::mt19937_64 rng;

@@ -176,11 +176,19 @@ void Scheduler::finish(Request& r, FinishReason reason, std::vector<SeqUpdate>& 
 
 std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out,
                                          std::span<const int32_t> sampled) {
-  EMBER_CHECK(sampled.size() == out.samples.size());
+  std::vector<std::vector<int32_t>> tokens(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = {sampled[i]};
+  return update(out, std::span<const std::vector<int32_t>>(tokens));
+}
+
+std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out, std::span<const std::vector<int32_t>> tokens) {
+  EMBER_CHECK(tokens.size() == out.samples.size());
   for (const ScheduledSeq& s : out.seqs) {
     Request& r = req(s.seq_id);
     EMBER_CHECK(r.status == RequestStatus::kRunning && r.num_computed_tokens == s.n_computed_before,
                 "sequence {} changed between schedule and update", s.seq_id);
+    r.draft_ids.clear();
+    if (s.n_drafts > 0) continue;  // (its K/V count depends on the drafts kept: below)
     r.num_computed_tokens += s.n_new_tokens;
     kv_.cache_full_blocks(s.seq_id, r.token_ids, r.num_computed_tokens, r.cache_salt);
     if (s.fans_out) fork_children(s.seq_id);
@@ -188,16 +196,31 @@ std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out,
   std::vector<SeqUpdate> updates;
   updates.reserve(out.samples.size());
   for (size_t i = 0; i < out.samples.size(); ++i) {
-    Request& r = req(out.samples[i].seq_id);
+    const SampleSlot& slot = out.samples[i];
+    Request& r = req(slot.seq_id);
+    EMBER_CHECK(!tokens[i].empty() && static_cast<int>(tokens[i].size()) <= slot.n_drafts + 1,
+                "sequence {}: {} tokens for {} drafts", slot.seq_id, tokens[i].size(), slot.n_drafts);
     const size_t at = updates.size();
-    r.token_ids.push_back(sampled[i]);
-    check_stop(r);
+    std::vector<int32_t> kept;
+    for (const int32_t t : tokens[i]) {
+      r.token_ids.push_back(t);
+      kept.push_back(t);
+      check_stop(r);
+      if (r.finish_reason != FinishReason::kNone) break;
+    }
+    if (slot.n_drafts > 0) {
+      // The step computed the K/V of the last known token and of every draft; those of the
+      // drafts this sample confirmed (all kept tokens but the last) are valid, the rest are
+      // overwritten when their positions are computed again.
+      r.num_computed_tokens += static_cast<int>(kept.size());
+      kv_.cache_full_blocks(slot.seq_id, r.token_ids, r.num_computed_tokens, r.cache_salt);
+    }
     if (r.finish_reason != FinishReason::kNone) {
       finish(r, r.finish_reason, updates);
     } else {
       updates.push_back(make_update(r));
     }
-    updates[at].new_token = sampled[i];
+    updates[at].new_tokens = std::move(kept);
   }
   return updates;
 }

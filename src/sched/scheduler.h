@@ -27,13 +27,17 @@ struct ScheduledSeq {
   int n_new_tokens = 0;          // tokens run this step
   int n_computed_before = 0;     // tokens whose K/V were already cached
   bool fans_out = false;         // prefill of an n > 1 request ends: its samples fork now
+  int n_drafts = 0;              // of n_new_tokens, draft tokens to verify (the last ones)
 };
 
 // One token to sample: from row `logits_row` of the step's logits (an index into
 // batch.logit_rows) for sequence seq_id. The samples of a fanning-out request share a row.
+// With n_drafts > 0 (speculative decoding) the sample verifies drafts: rows logits_row ..
+// logits_row + n_drafts pick the token after the last known one and after each draft.
 struct SampleSlot {
   int logits_row = 0;
   SeqId seq_id = -1;
+  int n_drafts = 0;
 };
 
 struct SchedulerOutput {
@@ -51,7 +55,7 @@ struct SeqUpdate {
   SeqId seq_id = -1;
   std::string request_id;
   int sample_index = 0;
-  std::optional<int32_t> new_token;
+  std::vector<int32_t> new_tokens;  // this step's tokens (more than one with accepted drafts)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::optional<int32_t> stop_token_id;
@@ -101,6 +105,11 @@ class Scheduler {
   // Applies a step: sampled[i] is the token for out.samples[i]. Returns one update per sample,
   // in order. Finished sequences are freed and forgotten.
   std::vector<SeqUpdate> update(const SchedulerOutput& out, std::span<const int32_t> sampled);
+  // The same with several tokens a sample (speculative decoding): tokens[i] for out.samples[i],
+  // its picks in order, from 1 up to n_drafts + 1 of them: the drafts it confirmed and the pick
+  // after the last of those. The K/V of the confirmed drafts stays; stop conditions apply token
+  // by token (tokens after a stop are dropped).
+  std::vector<SeqUpdate> update(const SchedulerOutput& out, std::span<const std::vector<int32_t>> tokens);
   // Finishes every unfinished sample of the request with kAbort and frees its blocks now.
   // Must not be called between schedule() and update(). Empty if the id is unknown.
   std::vector<SeqUpdate> abort(const std::string& request_id);
@@ -117,6 +126,7 @@ class Scheduler {
   // Mutable access for the engine's sampler (random stream); nullptr if unknown.
   Request* find(SeqId seq);
   SchedulerStats stats() const;
+  const std::vector<SeqId>& running() const { return running_; }  // in admission order
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv() const { return kv_; }
   // KV invariants plus: exactly the running sequences hold blocks, each enough for its

@@ -37,6 +37,7 @@ void Scheduler::preempt(SeqId seq, SchedulerOutput& out) {
   kv_.free(seq);
   r.status = RequestStatus::kWaiting;
   r.num_computed_tokens = 0;  // recompute from scratch (the prefix cache may shorten that)
+  r.draft_ids.clear();
   ++r.num_preemptions;
   ++num_preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), seq));
@@ -63,6 +64,18 @@ void Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
       n_new = std::min(n_new, config_.long_prefill_token_threshold);
     n_new = std::min(n_new, budget);
     if (n_new <= 0) continue;
+    // A decode with drafts verifies them in the same step: as many as the budget, max_tokens
+    // and the context window leave room for (the pick after the last one is a token too).
+    int n_drafts = 0;
+    if (n_new == 1 && r.num_tokens() - r.num_computed_tokens == 1 && !r.draft_ids.empty()) {
+      n_drafts = std::min({static_cast<int>(r.draft_ids.size()), budget - 1,
+                           r.max_output_tokens - r.num_output_tokens() - 1, config_.max_model_len - r.num_tokens() - 1});
+      n_drafts = std::max(n_drafts, 0);
+      r.draft_ids.resize(static_cast<size_t>(n_drafts));
+      n_new += n_drafts;
+    } else {
+      r.draft_ids.clear();
+    }
     bool allocated = false;
     while (!allocated) {
       allocated = kv_.allocate_slots(seq, r.num_computed_tokens, n_new, nullptr, out.block_copies);
@@ -80,7 +93,7 @@ void Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
       if (victim == seq) break;  // nothing less important is left to free blocks for it
     }
     if (!allocated) continue;
-    out.seqs.push_back({seq, n_new, r.num_computed_tokens, false});
+    out.seqs.push_back({seq, n_new, r.num_computed_tokens, false, n_drafts});
     budget -= n_new;
   }
 }
@@ -138,7 +151,10 @@ void Scheduler::build_batch(SchedulerOutput& out, int pending) {
     const int end = s.n_computed_before + s.n_new_tokens;
     EMBER_CHECK(static_cast<int>(table.size()) * bs >= end, "sequence {} lacks slots", s.seq_id);
     for (int pos = s.n_computed_before; pos < end; ++pos) {
-      b.token_ids.push_back(pos < r.num_tokens() ? r.token_ids[static_cast<size_t>(pos)] : 0);  // (0: pending)
+      const int draft = pos - r.num_tokens();  // (>= 0: a draft, or with pending a placeholder 0)
+      b.token_ids.push_back(draft < 0 ? r.token_ids[static_cast<size_t>(pos)]
+                            : draft < s.n_drafts ? r.draft_ids[static_cast<size_t>(draft)]
+                                                 : 0);
       b.positions.push_back(pos);
       b.slot_mapping.push_back(table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
     }
@@ -148,10 +164,10 @@ void Scheduler::build_batch(SchedulerOutput& out, int pending) {
     b.block_tables.resize(b.block_tables.size() + static_cast<size_t>(max_blocks) - table.size(), 0);
     // Logits only where the chunk reaches the end of the known tokens: mid-prompt chunks
     // have nothing to sample.
-    if (end != r.num_tokens() + pending) continue;
-    b.logit_rows.push_back(b.n_tokens() - 1);
-    const int row = static_cast<int>(b.logit_rows.size()) - 1;
-    out.samples.push_back({row, s.seq_id});
+    if (end != r.num_tokens() + pending + s.n_drafts) continue;
+    const int row = static_cast<int>(b.logit_rows.size());
+    for (int d = s.n_drafts; d >= 0; --d) b.logit_rows.push_back(b.n_tokens() - 1 - d);
+    out.samples.push_back({row, s.seq_id, s.n_drafts});
     auto children = fork_children_.find(s.seq_id);
     if (children != fork_children_.end()) {
       s.fans_out = true;
@@ -184,7 +200,7 @@ std::optional<SchedulerOutput> Scheduler::schedule_continuation(const SchedulerO
   for (const ScheduledSeq& s : prev.seqs) {
     const Request* r = find(s.seq_id);
     if (r == nullptr) continue;  // aborted since
-    if (s.fans_out || !row_of.count(s.seq_id) || r->status != RequestStatus::kRunning ||
+    if (s.fans_out || s.n_drafts > 0 || !row_of.count(s.seq_id) || r->status != RequestStatus::kRunning ||
         r->num_computed_tokens != s.n_computed_before || s.n_computed_before + s.n_new_tokens != r->num_tokens())
       return std::nullopt;
     ++n_running_in_prev;

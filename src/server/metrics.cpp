@@ -115,6 +115,10 @@ std::string ServerMetrics::render(const std::optional<EngineStats>& stats, const
     counter(out, "ember_num_preemptions_total", "Sequences preempted for lack of KV blocks",
             static_cast<double>(s.num_preemptions));
     counter(out, "ember_engine_steps_total", "Engine steps", static_cast<double>(s.num_steps));
+    counter(out, "ember_spec_draft_tokens_total", "Speculative decoding: draft tokens verified",
+            static_cast<double>(s.spec_draft_tokens));
+    counter(out, "ember_spec_accepted_tokens_total", "Speculative decoding: draft tokens the model confirmed",
+            static_cast<double>(s.spec_accepted_tokens));
   }
   gauge(out, "ember_http_requests_in_flight", "Generation requests being served",
         requests_in_flight.load(std::memory_order_relaxed));

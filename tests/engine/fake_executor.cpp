@@ -174,35 +174,42 @@ Status FakeExecutor::execute(const ForwardBatch& b, std::vector<float>& logits) 
   }
   n_tokens_computed_ += b.n_tokens();
   logits.assign(b.logit_rows.size() * static_cast<size_t>(opt_.vocab_size), 0.0f);
+  // Each logits row sees its sequence up to its own position (causal), read back through the
+  // block table as attention would: a sequence's end, or a draft being verified inside it.
   size_t row = 0;
+  int prev_row = -1;
   for (int s = 0; s < n_seqs && row < b.logit_rows.size(); ++s) {
+    const int first = b.query_start[static_cast<size_t>(s)];
     const int last = b.query_start[static_cast<size_t>(s) + 1] - 1;
-    if (b.logit_rows[row] != last) continue;
-    // Read the whole sequence back through its block table, as attention would.
     const int len = b.seq_lens[static_cast<size_t>(s)];
     if (b.positions[static_cast<size_t>(last)] != len - 1)
       error(fmt::format("step {}: seq {} last position {} but seq_len {}", step, s,
                         b.positions[static_cast<size_t>(last)], len));
-    std::vector<int32_t> tokens;
-    tokens.reserve(static_cast<size_t>(len));
-    for (int p = 0; p < len; ++p) {
-      const int bi = p / block_size_;
-      if (bi >= b.max_blocks_per_seq) {
-        error(fmt::format("step {}: seq {} position {} beyond its block table", step, s, p));
-        break;
+    for (; row < b.logit_rows.size() && b.logit_rows[row] <= last; ++row) {
+      const int r = b.logit_rows[row];
+      if (r < first || r <= prev_row) return Status::error("logit_rows are not ascending rows of the batch");
+      prev_row = r;
+      const int end = b.positions[static_cast<size_t>(r)] + 1;
+      std::vector<int32_t> tokens;
+      tokens.reserve(static_cast<size_t>(end));
+      for (int p = 0; p < end; ++p) {
+        const int bi = p / block_size_;
+        if (bi >= b.max_blocks_per_seq) {
+          error(fmt::format("step {}: seq {} position {} beyond its block table", step, s, p));
+          break;
+        }
+        const int32_t block = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + bi];
+        const Slot& slot = slots_[static_cast<size_t>(block) * block_size_ + p % block_size_];
+        if (slot.position != p)
+          error(fmt::format("step {}: seq {} position {} reads a slot holding position {}", step, s,
+                            p, slot.position));
+        tokens.push_back(slot.token);
       }
-      const int32_t block = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + bi];
-      const Slot& slot = slots_[static_cast<size_t>(block) * block_size_ + p % block_size_];
-      if (slot.position != p)
-        error(fmt::format("step {}: seq {} position {} reads a slot holding position {}", step, s,
-                          p, slot.position));
-      tokens.push_back(slot.token);
+      seen_.insert(sequence_hash(tokens));
+      logits_for(tokens, opt_.vocab_size, logits.data() + row * opt_.vocab_size);
     }
-    seen_.insert(sequence_hash(tokens));
-    logits_for(tokens, opt_.vocab_size, logits.data() + row * opt_.vocab_size);
-    ++row;
   }
-  if (row != b.logit_rows.size()) return Status::error("logit_rows are not sequence ends");
+  if (row != b.logit_rows.size()) return Status::error("logit_rows past the batch");
   return Status::ok();
 }
 

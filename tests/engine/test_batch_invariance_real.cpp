@@ -70,12 +70,14 @@ struct RunSetup {
   int max_num_batched_tokens = 2048;
   bool prefix_caching = false;
   EngineConfig::Pipeline pipeline = EngineConfig::Pipeline::kAuto;  // (kAuto: off on the CPU)
+  int spec_tokens = 0;  // n-gram drafts a decode step (speculative decoding)
 };
 
 struct RunResult {
   std::map<int, std::vector<int32_t>> tokens;  // by prompt index
   std::map<int, int> cached_tokens;
   int64_t preemptions = 0;
+  int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class Runner {
@@ -96,6 +98,7 @@ class Runner {
     ec.scheduler.enable_prefix_caching = s.prefix_caching;
     ec.deterministic = true;
     ec.pipeline = s.pipeline;
+    ec.spec.num_tokens = s.spec_tokens;
     auto engine = LlmEngine::create(std::move(*runner), ec);
     EXPECT_TRUE(engine.is_ok()) << engine.message();
     if (engine.is_ok()) engine_ = std::move(*engine);
@@ -124,6 +127,8 @@ class Runner {
       }
     }
     res.preemptions = engine_->stats().num_preemptions;
+    res.spec_draft_tokens = engine_->stats().spec_draft_tokens;
+    res.spec_accepted_tokens = engine_->stats().spec_accepted_tokens;
   }
 
   static const std::string& path() {
@@ -182,6 +187,18 @@ TEST_F(BatchInvarianceReal, PrefixCacheHitsEqualAlone) {
   r.run({0, 1, 3, 4, 5}, res);
   for (int i : {3, 4, 5}) EXPECT_EQ(res.cached_tokens[i], 32) << "prompt " << i << " should hit 2 blocks";
   expect_same(*solo_, res, "prefix cache");
+}
+
+// Speculative decoding (n-gram drafts verified as extra rows of a decode step): the same tokens,
+// with some drafts kept (the model's greedy continuations of random ids repeat themselves).
+TEST_F(BatchInvarianceReal, SpeculativeDecodingEqualsAlone) {
+  RunSetup s;
+  s.spec_tokens = 4;
+  Runner r(s);
+  RunResult res;
+  r.run(kAll, res);
+  expect_same(*solo_, res, "speculative decoding");
+  EXPECT_GT(res.spec_accepted_tokens, 0) << res.spec_draft_tokens << " drafts";
 }
 
 TEST_F(BatchInvarianceReal, ChunkedPrefillEqualsAlone) {
