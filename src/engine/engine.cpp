@@ -377,7 +377,8 @@ std::vector<RequestOutput> LlmEngine::step() {
 void LlmEngine::propose_drafts() {
   for (const SeqId seq : scheduler_->running()) {
     Request* r = scheduler_->find(seq);
-    if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1) continue;  // (not decoding)
+    // (not decoding: a prompt's chunks and its last token, where n > 1 samples fork)
+    if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1 || r->num_output_tokens() == 0) continue;
     r->draft_ids = config_.propose_drafts ? config_.propose_drafts(r->token_ids)
                                           : propose_ngram(r->token_ids, config_.spec);
     if (static_cast<int>(r->draft_ids.size()) > config_.spec.num_tokens)

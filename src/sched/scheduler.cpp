@@ -188,6 +188,7 @@ std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out, std::span<c
     EMBER_CHECK(r.status == RequestStatus::kRunning && r.num_computed_tokens == s.n_computed_before,
                 "sequence {} changed between schedule and update", s.seq_id);
     r.draft_ids.clear();
+    EMBER_CHECK(s.n_drafts == 0 || !s.fans_out, "sequence {}: drafts at a prefill's end", s.seq_id);
     if (s.n_drafts > 0) continue;  // (its K/V count depends on the drafts kept: below)
     r.num_computed_tokens += s.n_new_tokens;
     kv_.cache_full_blocks(s.seq_id, r.token_ids, r.num_computed_tokens, r.cache_salt);

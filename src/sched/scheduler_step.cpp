@@ -65,9 +65,11 @@ void Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
     n_new = std::min(n_new, budget);
     if (n_new <= 0) continue;
     // A decode with drafts verifies them in the same step: as many as the budget, max_tokens
-    // and the context window leave room for (the pick after the last one is a token too).
+    // and the context window leave room for (the pick after the last one is a token too). Not
+    // the last token of a prompt (a prefill's end, where n > 1 samples fork).
     int n_drafts = 0;
-    if (n_new == 1 && r.num_tokens() - r.num_computed_tokens == 1 && !r.draft_ids.empty()) {
+    if (n_new == 1 && r.num_tokens() - r.num_computed_tokens == 1 && r.num_output_tokens() > 0 &&
+        !r.draft_ids.empty()) {
       n_drafts = std::min({static_cast<int>(r.draft_ids.size()), budget - 1,
                            r.max_output_tokens - r.num_output_tokens() - 1, config_.max_model_len - r.num_tokens() - 1});
       n_drafts = std::max(n_drafts, 0);

@@ -24,6 +24,9 @@ struct WorkloadConfig {
   // Pipelined greedy decode with a fake that runs queued steps when collected; most requests
   // greedy then, so that whole steps of greedy rows (the pipelined ones) are common.
   bool pipeline = false;
+  // Speculative decoding: drafts a step, from the fake's greedy continuation with every third
+  // token wrong (so steps keep some drafts and reject others).
+  int spec = 0;
 };
 
 class RandomWorkload : public ::testing::TestWithParam<WorkloadConfig> {};
@@ -42,6 +45,14 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
   s.fake.device_argmax = w.pipeline;
   s.fake.pipeline_argmax = w.pipeline;
   s.fake.slow_queue_every = w.pipeline && w.seed % 2 == 1 ? 4 : 0;  // some continuations held back
+  s.config.spec.num_tokens = w.spec;
+  if (w.spec > 0)
+    s.config.propose_drafts = [k = w.spec](std::span<const int32_t> t) {
+      std::vector<int32_t> d = reference_greedy({t.begin(), t.end()}, k, {}, 64, 1 << 20, /*ignore_eos=*/true);
+      for (size_t i = 0; i < d.size(); ++i)
+        if ((t.size() + i) % 3 == 0) d[i] = (d[i] + 1) % 64;
+      return d;
+    };
   TestEngine te = make_engine(s);
   ASSERT_TRUE(te.engine);
 
@@ -100,6 +111,10 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
   EXPECT_EQ(st.num_running + st.num_waiting, 0);
   EXPECT_GT(st.num_preemptions, 0);
   EXPECT_GT(n_copies_seen, 0);
+  if (w.spec > 0) {  // drafts kept and drafts rejected both happened
+    EXPECT_GT(st.spec_accepted_tokens, 0);
+    EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);
+  }
   if (w.prefix_caching) {
     EXPECT_GT(st.prefix_cache_hits, 0);
   }
@@ -144,7 +159,10 @@ INSTANTIATE_TEST_SUITE_P(
                       WorkloadConfig{6, 25, 5, 2, 4, true, SchedulerPolicy::kFcfs},
                       WorkloadConfig{7, 24, 16, 0, 8, true, SchedulerPolicy::kFcfs, true},
                       WorkloadConfig{8, 18, 64, 0, 16, true, SchedulerPolicy::kPriority, true},
-                      WorkloadConfig{9, 28, 12, 3, 16, false, SchedulerPolicy::kFcfs, true}),
+                      WorkloadConfig{9, 28, 12, 3, 16, false, SchedulerPolicy::kFcfs, true},
+                      WorkloadConfig{10, 24, 16, 0, 8, true, SchedulerPolicy::kFcfs, false, 3},
+                      WorkloadConfig{11, 16, 7, 2, 6, true, SchedulerPolicy::kPriority, false, 4},
+                      WorkloadConfig{12, 20, 32, 0, 16, false, SchedulerPolicy::kFcfs, false, 2}),
     [](const ::testing::TestParamInfo<WorkloadConfig>& p) { return fmt::format("seed{}", p.param.seed); });
 
 }  // namespace
