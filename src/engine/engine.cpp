@@ -223,7 +223,8 @@ std::vector<RequestOutput> LlmEngine::step() {
   } t_step{t0};
 
   // Every row a plain argmax: let the executor pick the tokens where the logits are.
-  bool argmax_step = !speculative && executor_->can_execute_argmax();
+  // (with drafts too: every row's pick is then the argmax the executor returns for it)
+  bool argmax_step = executor_->can_execute_argmax();
   for (size_t i = 0; argmax_step && i < so.samples.size(); ++i) {
     const Request* r = scheduler_->find(so.samples[i].seq_id);
     argmax_step = r != nullptr && is_plain_argmax(r->params, r->output().size());
@@ -316,7 +317,7 @@ std::vector<RequestOutput> LlmEngine::step() {
   }
   step_profile::Scope t_sample("engine: sample");
   if (speculative) {
-    std::vector<std::vector<SampledToken>> picks = sample_speculative(so);
+    std::vector<std::vector<SampledToken>> picks = sample_speculative(so, argmax_step);
     std::vector<std::vector<int32_t>> tokens(picks.size());
     for (size_t i = 0; i < picks.size(); ++i) {
       for (const SampledToken& p : picks[i]) tokens[i].push_back(p.token_id);
@@ -386,7 +387,7 @@ void LlmEngine::propose_drafts() {
   }
 }
 
-std::vector<std::vector<SampledToken>> LlmEngine::sample_speculative(const SchedulerOutput& so) {
+std::vector<std::vector<SampledToken>> LlmEngine::sample_speculative(const SchedulerOutput& so, bool from_argmax) {
   std::vector<std::vector<SampledToken>> picks(so.samples.size());
   std::vector<int32_t> history;
   for (size_t i = 0; i < so.samples.size(); ++i) {
@@ -401,10 +402,14 @@ std::vector<std::vector<SampledToken>> LlmEngine::sample_speculative(const Sched
     history.assign(r->output().begin(), r->output().end());
     for (int d = 0; d <= slot.n_drafts; ++d) {
       const int row = slot.logits_row + d;
-      const std::span<const float> row_logits(logits_.data() + static_cast<size_t>(row) * static_cast<size_t>(vocab_size_),
-                                              static_cast<size_t>(vocab_size_));
-      const SamplerRow sr{row, &r->params, r->prompt(), history, &r->rng};
-      picks[i].push_back(sampler_->sample_row(row_logits, sr));
+      if (from_argmax) {
+        picks[i].push_back({argmax_ids_.at(static_cast<size_t>(row)), std::nullopt});
+      } else {
+        const std::span<const float> row_logits(
+            logits_.data() + static_cast<size_t>(row) * static_cast<size_t>(vocab_size_), static_cast<size_t>(vocab_size_));
+        const SamplerRow sr{row, &r->params, r->prompt(), history, &r->rng};
+        picks[i].push_back(sampler_->sample_row(row_logits, sr));
+      }
       if (d == slot.n_drafts || picks[i].back().token_id != r->draft_ids[static_cast<size_t>(d)]) break;
       history.push_back(r->draft_ids[static_cast<size_t>(d)]);
     }

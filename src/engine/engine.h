@@ -65,7 +65,8 @@ struct EngineConfig {
   // Speculative decoding with n-gram drafts (spec.num_tokens > 0): each decode step also
   // verifies up to spec.num_tokens drafts from propose_ngram, keeping those its picks confirm,
   // so the output is what it would be without (greedy and seeded sampling alike) in fewer steps.
-  // Such steps sample on the host from full logits, and pipelining is off.
+  // Such steps sample on the host from full logits (or take the executor's argmax of each row
+  // when every request is plain greedy), and pipelining is off.
   NgramSpecConfig spec;
   // Tests: drafts from this instead of propose_ngram (given a sequence's tokens so far).
   std::function<std::vector<int32_t>(std::span<const int32_t>)> propose_drafts;
@@ -111,9 +112,10 @@ class LlmEngine {
   void emit(const std::vector<SeqUpdate>& updates, std::vector<RequestOutput>& outputs);
   // Speculative decoding: drafts for every running sequence about to decode.
   void propose_drafts();
-  // Samples a step with drafts on the host: per sample, the pick of each row in order (with the
-  // confirmed drafts in the history) until one differs from its draft.
-  std::vector<std::vector<SampledToken>> sample_speculative(const SchedulerOutput& so);
+  // Picks of a step with drafts: per sample, each row's in order (on the host with the confirmed
+  // drafts in the history, or from_argmax the executor's argmax of the row) until one differs
+  // from its draft.
+  std::vector<std::vector<SampledToken>> sample_speculative(const SchedulerOutput& so, bool from_argmax);
   // Pipelined greedy steps: queue the continuation of inflight_ (when the scheduler allows
   // one), then collect inflight_'s tokens and apply them.
   void step_pipelined(std::vector<RequestOutput>& outputs);

@@ -27,10 +27,13 @@ using Proposer = std::function<std::vector<int32_t>(std::span<const int32_t>)>;
 struct SpecRun {
   Results results;
   EngineStats stats;
+  int argmax_steps = 0;  // steps the executor picked by argmax (execute_argmax)
 };
 
-SpecRun run(const std::vector<EngineRequest>& requests, int drafts, Proposer proposer, int budget = 64) {
+SpecRun run(const std::vector<EngineRequest>& requests, int drafts, Proposer proposer, int budget = 64,
+            bool device_argmax = false) {
   EngineSetup s = default_setup();
+  s.fake.device_argmax = device_argmax;
   s.config.scheduler.max_num_batched_tokens = budget;
   s.config.spec.num_tokens = drafts;
   s.config.propose_drafts = std::move(proposer);
@@ -39,6 +42,7 @@ SpecRun run(const std::vector<EngineRequest>& requests, int drafts, Proposer pro
   SpecRun out;
   run_all(te, out.results);
   out.stats = te.engine->stats();
+  out.argmax_steps = te.fake->n_argmax_steps();
   EXPECT_EQ(out.stats.kv_blocks_used, 0);
   return out;
 }
@@ -91,6 +95,13 @@ TEST(LlmEngineSpec, GreedyOutputIsTheReferenceWhateverTheDrafts) {
   expect_greedy_reference(mixed.results, rs);
   EXPECT_GT(mixed.stats.spec_accepted_tokens, 0);
   EXPECT_LT(mixed.stats.spec_accepted_tokens, mixed.stats.spec_draft_tokens);
+
+  // An executor that takes the argmax where the logits are: every step, drafts or not, is
+  // picked there (plain greedy rows), with the same output.
+  const SpecRun device = run(rs, 3, [](std::span<const int32_t> t) { return greedy_continuation(t, 3); }, 64, true);
+  expect_greedy_reference(device.results, rs);
+  EXPECT_GT(device.stats.spec_accepted_tokens, 0);
+  EXPECT_EQ(device.argmax_steps, device.stats.num_steps);
 
   // A budget of 6 tokens a step: drafts are cut to what fits beside the other sequences.
   const SpecRun tight = run(rs, 4, [](std::span<const int32_t> t) { return greedy_continuation(t, 4); }, 6);
