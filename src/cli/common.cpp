@@ -61,6 +61,12 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
       ->check(CLI::Range(0, 64));
   app.add_option("--spec-ngram-max", o.spec_ngram_max, "speculative decoding: the longest suffix looked up (1 token is the shortest)")
       ->check(CLI::Range(1, 64));
+  app.add_option("--spec-draft-model", o.spec_draft_model,
+                 "speculative decoding with a draft model: a smaller checkpoint of the same vocabulary (GGUF or HF "
+                 "directory, run on the same device) proposes its greedy continuation; same output, fewer steps of the "
+                 "main model where the two agree");
+  app.add_option("--spec-draft-tokens", o.spec_draft_tokens, "speculative decoding: the draft model's tokens a step")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
 
@@ -205,6 +211,17 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.warm_up_graph_seqs = o.warmup_graphs;
   ec.spec.num_tokens = o.spec_ngram;
   ec.spec.ngram_max = o.spec_ngram_max;
+  if (!o.spec_draft_model.empty()) {
+    if (o.spec_ngram > 0) return Status::error("--spec-ngram and --spec-draft-model: choose one drafter");
+    ModelOptions d = o;
+    d.model = o.spec_draft_model;
+    d.tensor_parallel = 1;
+    auto draft = load_runner(d);
+    if (!draft.is_ok()) return draft.status().with_context("draft model");
+    EMBER_RETURN_IF_ERROR(finish_model_load(**draft, d).with_context("draft model"));
+    ec.spec_draft_model = std::move(*draft);
+    ec.spec.num_tokens = o.spec_draft_tokens;
+  }
   // (shared: the engine keeps its config, and so this callback, beyond this scope)
   auto bar = std::make_shared<std::optional<ProgressBar>>();
   ec.warm_up_progress = [bar](int done, int total) {

@@ -37,6 +37,8 @@ struct ModelOptions {
   bool no_prefix_cache = false;
   int spec_ngram = 0;       // EngineConfig::spec.num_tokens: n-gram drafts a decode step (0: off)
   int spec_ngram_max = 3;   // EngineConfig::spec.ngram_max
+  std::string spec_draft_model;  // EngineConfig::spec_draft_model: a checkpoint of the same vocabulary
+  int spec_draft_tokens = 4;     // its drafts a decode step
   bool deterministic = false;
   uint64_t seed = 0;
 };

@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "core/step_profile.h"
 #include "engine/argmax_pipeline.h"
+#include "engine/draft_model.h"
 #include "kv/kv_cache_manager.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
@@ -61,6 +62,14 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecut
   EMBER_RETURN_IF_ERROR(sc.validate().with_context("scheduler config"));
   EMBER_RETURN_IF_ERROR(
       executor->allocate_kv_cache(KvCacheConfig{n_blocks, sc.block_size}).with_context("KV cache"));
+  std::unique_ptr<DraftModel> draft;
+  if (config.spec_draft_model) {
+    if (config.spec.num_tokens <= 0) return Status::error("speculative decoding: a draft model needs drafts a step (> 0)");
+    if (config.spec_draft_model->vocab_size() > executor->vocab_size())
+      return Status::errorf("speculative decoding: the draft model's vocabulary ({}) is larger than the model's ({})",
+                            config.spec_draft_model->vocab_size(), executor->vocab_size());
+    EMBER_ASSIGN_OR_RETURN(draft, DraftModel::create(config.spec_draft_model, n_blocks, sc.block_size));
+  }
   EMBER_LOG_INFO("KV cache: {} blocks x {} tokens = {} tokens, {:.1f} MiB", n_blocks,
                  sc.block_size, static_cast<int64_t>(n_blocks) * sc.block_size,
                  static_cast<double>(block_bytes) * n_blocks / (1024.0 * 1024.0));
@@ -72,7 +81,9 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecut
     wo.progress = config.warm_up_progress;
     EMBER_RETURN_IF_ERROR(executor->warm_up(wo).with_context("warm-up"));
   }
-  return std::unique_ptr<LlmEngine>(new LlmEngine(std::move(executor), std::move(config)));
+  std::unique_ptr<LlmEngine> engine(new LlmEngine(std::move(executor), std::move(config)));
+  engine->draft_ = std::move(draft);
+  return engine;
 }
 
 LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig config)
@@ -376,6 +387,28 @@ std::vector<RequestOutput> LlmEngine::step() {
 }
 
 void LlmEngine::propose_drafts() {
+  if (draft_) {
+    std::vector<SeqId> ids;
+    std::vector<std::span<const int32_t>> tokens;
+    for (const SeqId seq : scheduler_->running()) {
+      const Request* r = scheduler_->find(seq);
+      if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1 || r->num_output_tokens() == 0) continue;
+      ids.push_back(seq);
+      tokens.push_back(r->token_ids);
+    }
+    std::vector<std::vector<int32_t>> drafts;
+    if (const Status st = draft_->propose(ids, tokens, config_.spec.num_tokens, drafts); !st.is_ok()) {
+      EMBER_LOG_WARN("speculative decoding: {} (this step runs without drafts)", st.message());
+      return;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::vector<int32_t>& d = drafts[i];
+      // (ids the model's vocabulary lacks end the drafts)
+      d.erase(std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; }), d.end());
+      scheduler_->find(ids[i])->draft_ids = std::move(d);
+    }
+    return;
+  }
   for (const SeqId seq : scheduler_->running()) {
     Request* r = scheduler_->find(seq);
     // (not decoding: a prompt's chunks and its last token, where n > 1 samples fork)

@@ -21,6 +21,7 @@
 namespace ember {
 
 class ArgmaxPipeline;
+class DraftModel;
 class Scheduler;
 class Sampler;
 struct SampledToken;
@@ -70,6 +71,10 @@ struct EngineConfig {
   NgramSpecConfig spec;
   // Tests: drafts from this instead of propose_ngram (given a sequence's tokens so far).
   std::function<std::vector<int32_t>(std::span<const int32_t>)> propose_drafts;
+  // Drafts from a smaller model of the same vocabulary instead (DraftModel: its greedy
+  // continuation, spec.num_tokens a step), with a K/V cache of as many blocks as the target's.
+  // Shared only so that the config stays copyable: the engine is its one user.
+  std::shared_ptr<ModelExecutor> spec_draft_model;
 };
 
 class LlmEngine {
@@ -135,6 +140,7 @@ class LlmEngine {
   std::vector<DeviceSampled> device_sampled_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step()
   std::unique_ptr<ArgmaxPipeline> pipeline_;    // null unless config_.pipeline allows it
+  std::unique_ptr<DraftModel> draft_;           // config_.spec_draft_model's drafter, or null
   std::unique_ptr<SchedulerOutput> inflight_;   // a queued greedy step whose tokens are not applied yet
   // A continuation scheduled behind inflight_ but slow to queue (queues_quickly): queued at the
   // start of the next step(), after inflight_'s tokens went out; feed as for enqueue_argmax.

@@ -27,6 +27,9 @@ struct WorkloadConfig {
   // Speculative decoding: drafts a step, from the fake's greedy continuation with every third
   // token wrong (so steps keep some drafts and reject others).
   int spec = 0;
+  // With spec: the drafts from a draft model instead (DraftModel over a fake of 48 tokens,
+  // right where the target's pick is among them).
+  bool draft_model = false;
 };
 
 class RandomWorkload : public ::testing::TestWithParam<WorkloadConfig> {};
@@ -46,13 +49,21 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
   s.fake.pipeline_argmax = w.pipeline;
   s.fake.slow_queue_every = w.pipeline && w.seed % 2 == 1 ? 4 : 0;  // some continuations held back
   s.config.spec.num_tokens = w.spec;
-  if (w.spec > 0)
+  std::shared_ptr<FakeExecutor> draft;
+  if (w.spec > 0 && w.draft_model) {
+    FakeExecutorOptions dopt;
+    dopt.vocab_size = 48;
+    dopt.max_context = 96;
+    draft = std::make_shared<FakeExecutor>(dopt);
+    s.config.spec_draft_model = draft;
+  } else if (w.spec > 0) {
     s.config.propose_drafts = [k = w.spec](std::span<const int32_t> t) {
       std::vector<int32_t> d = reference_greedy({t.begin(), t.end()}, k, {}, 64, 1 << 20, /*ignore_eos=*/true);
       for (size_t i = 0; i < d.size(); ++i)
         if ((t.size() + i) % 3 == 0) d[i] = (d[i] + 1) % 64;
       return d;
     };
+  }
   TestEngine te = make_engine(s);
   ASSERT_TRUE(te.engine);
 
@@ -115,6 +126,9 @@ TEST_P(RandomWorkload, InvariantsHoldAfterEveryStep) {
     EXPECT_GT(st.spec_accepted_tokens, 0);
     EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);
   }
+  if (draft) {
+    EXPECT_TRUE(draft->errors().empty()) << draft->errors().front();
+  }
   if (w.prefix_caching) {
     EXPECT_GT(st.prefix_cache_hits, 0);
   }
@@ -162,7 +176,9 @@ INSTANTIATE_TEST_SUITE_P(
                       WorkloadConfig{9, 28, 12, 3, 16, false, SchedulerPolicy::kFcfs, true},
                       WorkloadConfig{10, 24, 16, 0, 8, true, SchedulerPolicy::kFcfs, false, 3},
                       WorkloadConfig{11, 16, 7, 2, 6, true, SchedulerPolicy::kPriority, false, 4},
-                      WorkloadConfig{12, 20, 32, 0, 16, false, SchedulerPolicy::kFcfs, false, 2}),
+                      WorkloadConfig{12, 20, 32, 0, 16, false, SchedulerPolicy::kFcfs, false, 2},
+                      WorkloadConfig{13, 24, 16, 0, 8, true, SchedulerPolicy::kFcfs, false, 3, true},
+                      WorkloadConfig{14, 16, 7, 2, 6, true, SchedulerPolicy::kPriority, false, 2, true}),
     [](const ::testing::TestParamInfo<WorkloadConfig>& p) { return fmt::format("seed{}", p.param.seed); });
 
 }  // namespace

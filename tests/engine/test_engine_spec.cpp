@@ -194,6 +194,52 @@ TEST(LlmEngineSpec, NgramDraftsKeepTheOutput) {
   EXPECT_GT(r.stats.spec_draft_tokens, 0);
 }
 
+// A draft model (DraftModel over a second fake): the same fake proposes exactly the target's
+// greedy continuation; one of 40 tokens proposes it only where the target's pick is among its
+// first 40 (the fake's logits of a smaller vocabulary are a prefix of the larger one's), so
+// steps keep some drafts and reject others. Outputs equal the references, greedy and seeded;
+// the draft fake's K/V reads are checked too.
+TEST(LlmEngineSpec, DraftModelKeepsTheOutput) {
+  const std::vector<EngineRequest> rs = greedy_requests();
+  for (const int draft_vocab : {kVocab, 40}) {
+    EngineSetup s = default_setup();
+    s.config.spec.num_tokens = 3;
+    FakeExecutorOptions dopt;
+    dopt.vocab_size = draft_vocab;
+    auto draft = std::make_shared<FakeExecutor>(dopt);
+    s.config.spec_draft_model = draft;
+    TestEngine te = make_engine(s);
+    ASSERT_TRUE(te.engine);
+    for (const EngineRequest& r : rs) ASSERT_TRUE(te.engine->add_request(r).is_ok());
+    Results res;
+    run_all(te, res);
+    expect_greedy_reference(res, rs);
+    const EngineStats st = te.engine->stats();
+    EXPECT_GT(st.spec_accepted_tokens, 0) << draft_vocab;
+    if (draft_vocab == kVocab) EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+    if (draft_vocab < kVocab) EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);
+    EXPECT_TRUE(draft->errors().empty()) << draft->errors().front();
+    EXPECT_GT(draft->n_steps(), 0);
+  }
+  // Seeded sampling: the same tokens as without drafts.
+  EngineRequest r;
+  r.request_id = "seeded";
+  r.prompt_token_ids = {4, 8, 15, 16, 23, 42};
+  r.params.temperature = 0.7f;
+  r.params.seed = 5;
+  r.params.max_tokens = 30;
+  r.params.ignore_eos = true;
+  const SpecRun plain = run({r}, 0, nullptr);
+  EngineSetup s = default_setup();
+  s.config.spec.num_tokens = 4;
+  s.config.spec_draft_model = std::make_shared<FakeExecutor>();
+  TestEngine te = make_engine(s);
+  ASSERT_TRUE(te.engine->add_request(r).is_ok());
+  Results res;
+  run_all(te, res);
+  EXPECT_EQ(res["seeded"][0].tokens, plain.results.at("seeded").at(0).tokens);
+}
+
 TEST(LlmEngineSpec, RejectsABadConfig) {
   EngineSetup s = default_setup();
   s.config.spec.num_tokens = 2;
@@ -202,6 +248,15 @@ TEST(LlmEngineSpec, RejectsABadConfig) {
   auto res = LlmEngine::create(std::make_unique<FakeExecutor>(s.fake), s.config);
   ASSERT_FALSE(res.is_ok());
   EXPECT_NE(res.message().find("speculative decoding"), std::string::npos) << res.message();
+  // A draft model whose vocabulary is larger than the model's.
+  EngineSetup d = default_setup();
+  d.config.spec.num_tokens = 2;
+  FakeExecutorOptions big;
+  big.vocab_size = 80;
+  d.config.spec_draft_model = std::make_shared<FakeExecutor>(big);
+  auto res2 = LlmEngine::create(std::make_unique<FakeExecutor>(d.fake), d.config);
+  ASSERT_FALSE(res2.is_ok());
+  EXPECT_NE(res2.message().find("vocabulary"), std::string::npos) << res2.message();
 }
 
 }  // namespace
