@@ -71,6 +71,7 @@ struct RunSetup {
   bool prefix_caching = false;
   EngineConfig::Pipeline pipeline = EngineConfig::Pipeline::kAuto;  // (kAuto: off on the CPU)
   int spec_tokens = 0;  // n-gram drafts a decode step (speculative decoding)
+  bool spec_draft_model = false;  // the drafts from a draft model (the same checkpoint) instead
 };
 
 struct RunResult {
@@ -99,6 +100,12 @@ class Runner {
     ec.deterministic = true;
     ec.pipeline = s.pipeline;
     ec.spec.num_tokens = s.spec_tokens;
+    if (s.spec_draft_model) {
+      auto draft = ModelRunner::load(path(), ro);
+      EXPECT_TRUE(draft.is_ok()) << draft.message();
+      if (!draft.is_ok()) return;
+      ec.spec_draft_model = std::move(*draft);
+    }
     auto engine = LlmEngine::create(std::move(*runner), ec);
     EXPECT_TRUE(engine.is_ok()) << engine.message();
     if (engine.is_ok()) engine_ = std::move(*engine);
@@ -199,6 +206,20 @@ TEST_F(BatchInvarianceReal, SpeculativeDecodingEqualsAlone) {
   r.run(kAll, res);
   expect_same(*solo_, res, "speculative decoding");
   EXPECT_GT(res.spec_accepted_tokens, 0) << res.spec_draft_tokens << " drafts";
+}
+
+// A draft model (here the checkpoint itself, so every draft should be kept: its single-token
+// steps and the model's verification rows compute the same bits under --batch-invariant).
+TEST_F(BatchInvarianceReal, SpeculativeDraftModelEqualsAlone) {
+  RunSetup s;
+  s.spec_tokens = 3;
+  s.spec_draft_model = true;
+  Runner r(s);
+  RunResult res;
+  r.run(kAll, res);
+  expect_same(*solo_, res, "speculative decoding, draft model");
+  EXPECT_GT(res.spec_draft_tokens, 0);
+  EXPECT_EQ(res.spec_accepted_tokens, res.spec_draft_tokens);
 }
 
 TEST_F(BatchInvarianceReal, ChunkedPrefillEqualsAlone) {
