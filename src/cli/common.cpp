@@ -67,6 +67,9 @@ void add_model_options(CLI::App& app, ModelOptions& o, bool engine_options) {
                  "main model where the two agree");
   app.add_option("--spec-draft-tokens", o.spec_draft_tokens, "speculative decoding: the draft model's tokens a step")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--spec-fixed", o.spec_fixed,
+               "speculative decoding: always verify the full number of drafts (by default a sequence verifies one "
+               "more than its last step kept, up to that number)");
   app.add_flag("--deterministic", o.deterministic, "reproducible sampling without per-request seeds");
 }
 
@@ -211,6 +214,7 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.warm_up_graph_seqs = o.warmup_graphs;
   ec.spec.num_tokens = o.spec_ngram;
   ec.spec.ngram_max = o.spec_ngram_max;
+  ec.spec.adaptive = !o.spec_fixed;
   if (!o.spec_draft_model.empty()) {
     if (o.spec_ngram > 0) return Status::error("--spec-ngram and --spec-draft-model: choose one drafter");
     ModelOptions d = o;

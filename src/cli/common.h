@@ -39,6 +39,7 @@ struct ModelOptions {
   int spec_ngram_max = 3;   // EngineConfig::spec.ngram_max
   std::string spec_draft_model;  // EngineConfig::spec_draft_model: a checkpoint of the same vocabulary
   int spec_draft_tokens = 4;     // its drafts a decode step
+  bool spec_fixed = false;       // EngineConfig::spec.adaptive off
   bool deterministic = false;
   uint64_t seed = 0;
 };

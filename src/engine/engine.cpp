@@ -332,8 +332,13 @@ std::vector<RequestOutput> LlmEngine::step() {
     std::vector<std::vector<int32_t>> tokens(picks.size());
     for (size_t i = 0; i < picks.size(); ++i) {
       for (const SampledToken& p : picks[i]) tokens[i].push_back(p.token_id);
-      counters_->spec_draft_tokens += so.samples[i].n_drafts;
-      counters_->spec_accepted_tokens += static_cast<int64_t>(picks[i].size()) - 1;
+      const int n_drafts = so.samples[i].n_drafts, kept = static_cast<int>(picks[i].size()) - 1;
+      counters_->spec_draft_tokens += n_drafts;
+      counters_->spec_accepted_tokens += kept;
+      // Next step's cap: one more after a step that kept every draft, else one past what it kept.
+      if (n_drafts > 0)
+        if (Request* r = scheduler_->find(so.samples[i].seq_id))
+          r->draft_limit = kept == n_drafts ? std::min(config_.spec.num_tokens, n_drafts + 1) : kept + 1;
     }
     t_sample.stop();
     step_profile::Scope t_update("engine: update + emit");
@@ -405,7 +410,10 @@ void LlmEngine::propose_drafts() {
       std::vector<int32_t>& d = drafts[i];
       // (ids the model's vocabulary lacks end the drafts)
       d.erase(std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; }), d.end());
-      scheduler_->find(ids[i])->draft_ids = std::move(d);
+      Request* r = scheduler_->find(ids[i]);
+      if (config_.spec.adaptive && r->draft_limit >= 0 && static_cast<int>(d.size()) > r->draft_limit)
+        d.resize(static_cast<size_t>(r->draft_limit));
+      r->draft_ids = std::move(d);
     }
     return;
   }
@@ -415,8 +423,8 @@ void LlmEngine::propose_drafts() {
     if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1 || r->num_output_tokens() == 0) continue;
     r->draft_ids = config_.propose_drafts ? config_.propose_drafts(r->token_ids)
                                           : propose_ngram(r->token_ids, config_.spec);
-    if (static_cast<int>(r->draft_ids.size()) > config_.spec.num_tokens)
-      r->draft_ids.resize(static_cast<size_t>(config_.spec.num_tokens));
+    const int cap = config_.spec.adaptive && r->draft_limit >= 0 ? r->draft_limit : config_.spec.num_tokens;
+    if (static_cast<int>(r->draft_ids.size()) > cap) r->draft_ids.resize(static_cast<size_t>(cap));
   }
 }
 

@@ -64,6 +64,9 @@ struct Request {
   // picks confirm. The scheduler may shorten them (budget, max_tokens, context window) and clears
   // them once applied or on preemption.
   std::vector<int32_t> draft_ids;
+  // The engine's cap on draft_ids for this sequence (-1: none yet): it follows how many drafts
+  // the sequence's recent steps kept, so a sequence whose drafts keep failing verifies fewer.
+  int draft_limit = -1;
   // Per-sequence random stream (seeded from params.seed or the engine), so sampling does not
   // depend on batch neighbours.
   std::mt19937_64 rng;

@@ -15,6 +15,10 @@ struct NgramSpecConfig {
   int num_tokens = 0;  // drafts proposed a step (0: no speculative decoding)
   int ngram_min = 1;   // shortest suffix matched
   int ngram_max = 3;   // longest suffix matched (tried first)
+  // The engine caps each sequence's drafts by what its last verified step kept (all kept: one
+  // more, up to num_tokens; else one past the kept ones), so a sequence whose drafts fail
+  // verifies fewer rows (LlmEngine; off: always up to num_tokens).
+  bool adaptive = true;
 };
 
 // Up to cfg.num_tokens drafts for the continuation of `tokens`: for n from ngram_max down to

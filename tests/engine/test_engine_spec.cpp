@@ -31,8 +31,9 @@ struct SpecRun {
 };
 
 SpecRun run(const std::vector<EngineRequest>& requests, int drafts, Proposer proposer, int budget = 64,
-            bool device_argmax = false) {
+            bool device_argmax = false, bool adaptive = true) {
   EngineSetup s = default_setup();
+  s.config.spec.adaptive = adaptive;
   s.fake.device_argmax = device_argmax;
   s.config.scheduler.max_num_batched_tokens = budget;
   s.config.spec.num_tokens = drafts;
@@ -77,14 +78,20 @@ TEST(LlmEngineSpec, GreedyOutputIsTheReferenceWhateverTheDrafts) {
   EXPECT_LT(right.stats.num_steps, plain.stats.num_steps);  // fewer steps for the same tokens
   EXPECT_EQ(right.stats.generation_tokens_total, plain.stats.generation_tokens_total);
 
-  const SpecRun wrong = run(rs, 3, [](std::span<const int32_t> t) {
+  const Proposer wrong_drafts = [](std::span<const int32_t> t) {
     std::vector<int32_t> d = greedy_continuation(t, 3);
     for (auto& x : d) x = (x + 1) % kVocab;
     return d;
-  });
+  };
+  const SpecRun wrong = run(rs, 3, wrong_drafts);
   expect_greedy_reference(wrong.results, rs);
   EXPECT_GT(wrong.stats.spec_draft_tokens, 0);
   EXPECT_EQ(wrong.stats.spec_accepted_tokens, 0);
+  // Adaptive (the default): after a step that kept none, a sequence verifies one draft; fixed:
+  // always all three. The same output either way.
+  const SpecRun wrong_fixed = run(rs, 3, wrong_drafts, 64, false, /*adaptive=*/false);
+  expect_greedy_reference(wrong_fixed.results, rs);
+  EXPECT_LT(wrong.stats.spec_draft_tokens, wrong_fixed.stats.spec_draft_tokens);
 
   // Right for two tokens, then wrong: at most two kept a step.
   const SpecRun mixed = run(rs, 5, [](std::span<const int32_t> t) {
