@@ -392,12 +392,16 @@ std::vector<RequestOutput> LlmEngine::step() {
 }
 
 void LlmEngine::propose_drafts() {
+  // Sequences about to decode: not a prompt's chunks nor its last token (where n > 1 samples fork).
+  auto decoding = [](const Request* r) {
+    return r != nullptr && r->num_tokens() - r->num_computed_tokens == 1 && r->num_output_tokens() > 0;
+  };
   if (draft_) {
     std::vector<SeqId> ids;
     std::vector<std::span<const int32_t>> tokens;
     for (const SeqId seq : scheduler_->running()) {
       const Request* r = scheduler_->find(seq);
-      if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1 || r->num_output_tokens() == 0) continue;
+      if (!decoding(r)) continue;
       ids.push_back(seq);
       tokens.push_back(r->token_ids);
     }
@@ -419,8 +423,7 @@ void LlmEngine::propose_drafts() {
   }
   for (const SeqId seq : scheduler_->running()) {
     Request* r = scheduler_->find(seq);
-    // (not decoding: a prompt's chunks and its last token, where n > 1 samples fork)
-    if (r == nullptr || r->num_tokens() - r->num_computed_tokens != 1 || r->num_output_tokens() == 0) continue;
+    if (!decoding(r)) continue;
     r->draft_ids = config_.propose_drafts ? config_.propose_drafts(r->token_ids)
                                           : propose_ngram(r->token_ids, config_.spec);
     const int cap = config_.spec.adaptive && r->draft_limit >= 0 ? r->draft_limit : config_.spec.num_tokens;

@@ -176,12 +176,18 @@ void Scheduler::finish(Request& r, FinishReason reason, std::vector<SeqUpdate>& 
 
 std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out,
                                          std::span<const int32_t> sampled) {
-  std::vector<std::vector<int32_t>> tokens(sampled.size());
-  for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = {sampled[i]};
-  return update(out, std::span<const std::vector<int32_t>>(tokens));
+  // (views of one token each: no copy a sample on this every-step path)
+  std::vector<std::span<const int32_t>> tokens(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = sampled.subspan(i, 1);
+  return apply_update(out, tokens);
 }
 
 std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out, std::span<const std::vector<int32_t>> tokens) {
+  const std::vector<std::span<const int32_t>> views(tokens.begin(), tokens.end());
+  return apply_update(out, views);
+}
+
+std::vector<SeqUpdate> Scheduler::apply_update(const SchedulerOutput& out, std::span<const std::span<const int32_t>> tokens) {
   EMBER_CHECK(tokens.size() == out.samples.size());
   for (const ScheduledSeq& s : out.seqs) {
     Request& r = req(s.seq_id);
@@ -221,7 +227,7 @@ std::vector<SeqUpdate> Scheduler::update(const SchedulerOutput& out, std::span<c
     } else {
       updates.push_back(make_update(r));
     }
-    updates[at].new_tokens = std::move(kept);
+    updates[at].new_tokens = std::move(kept);  // (what was appended: tokens[i] up to a stop)
   }
   return updates;
 }

@@ -146,6 +146,8 @@ class Scheduler {
   void build_batch(SchedulerOutput& out, int pending = 0);
   void fork_children(SeqId parent);
   void check_stop(Request& r);
+  // Both update()s: tokens[i] for out.samples[i].
+  std::vector<SeqUpdate> apply_update(const SchedulerOutput& out, std::span<const std::span<const int32_t>> tokens);
   void finish(Request& r, FinishReason reason, std::vector<SeqUpdate>& updates);
   SeqUpdate make_update(const Request& r) const;
 
