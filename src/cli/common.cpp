@@ -196,11 +196,6 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   const bool gpu = runner->backend().device() == Device::CUDA;
   const int max_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : (gpu ? 8192 : 2048);
   const int max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : (gpu ? 256 : 64);
-  if (o.kv_cache_memory == "auto" && gpu) {
-    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, runner->device_kv_budget(o.gpu_memory_utilization, max_tokens, max_seqs));
-  } else {
-    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, parse_bytes(o.kv_cache_memory == "auto" ? "1GiB" : o.kv_cache_memory));
-  }
   ec.scheduler.block_size = o.block_size;
   ec.scheduler.max_num_batched_tokens = max_tokens;
   ec.scheduler.max_num_seqs = max_seqs;
@@ -215,17 +210,32 @@ Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runn
   ec.spec.num_tokens = o.spec_ngram;
   ec.spec.ngram_max = o.spec_ngram_max;
   ec.spec.adaptive = !o.spec_fixed;
+  // The draft model loads before the GPU's K/V budget is measured, so its weights are not
+  // counted as free; it keeps as many blocks as the target, so the budget is split between
+  // the two caches by their bytes a block.
+  std::unique_ptr<ModelRunner> draft;
   if (!o.spec_draft_model.empty()) {
     if (o.spec_ngram > 0) return Status::error("--spec-ngram and --spec-draft-model: choose one drafter");
     ModelOptions d = o;
     d.model = o.spec_draft_model;
     d.tensor_parallel = 1;
-    auto draft = load_runner(d);
-    if (!draft.is_ok()) return draft.status().with_context("draft model");
-    EMBER_RETURN_IF_ERROR(finish_model_load(**draft, d).with_context("draft model"));
-    ec.spec_draft_model = std::move(*draft);
+    auto loaded = load_runner(d);
+    if (!loaded.is_ok()) return loaded.status().with_context("draft model");
+    EMBER_RETURN_IF_ERROR(finish_model_load(**loaded, d).with_context("draft model"));
+    draft = std::move(*loaded);
     ec.spec.num_tokens = o.spec_draft_tokens;
   }
+  if (o.kv_cache_memory == "auto" && gpu) {
+    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, runner->device_kv_budget(o.gpu_memory_utilization, max_tokens, max_seqs));
+    if (draft) {
+      const double target = static_cast<double>(runner->kv_bytes_per_block(o.block_size));
+      const double both = target + static_cast<double>(draft->kv_bytes_per_block(o.block_size));
+      ec.kv_cache_bytes = static_cast<size_t>(static_cast<double>(ec.kv_cache_bytes) * (target / both));
+    }
+  } else {
+    EMBER_ASSIGN_OR_RETURN(ec.kv_cache_bytes, parse_bytes(o.kv_cache_memory == "auto" ? "1GiB" : o.kv_cache_memory));
+  }
+  ec.spec_draft_model = std::move(draft);
   // (shared: the engine keeps its config, and so this callback, beyond this scope)
   auto bar = std::make_shared<std::optional<ProgressBar>>();
   ec.warm_up_progress = [bar](int done, int total) {
