@@ -193,13 +193,13 @@ TEST_P(MatmulTest, ExtremeCodesStayExact) {
   // Without VNNI the panel kernels add several vpmaddubsw results in int16 before widening
   // (matmul_gemm_avx2.inc): all codes at 0 or at their maximum against activations that all
   // quantize to +-127 give the largest sums; a saturated one would miss the reference by far.
-  // n = 16: the fused panels; n = 70: the decoded ones where the ISA has them (and a last
-  // panel of 6 rows).
+  // n = 16: the fused panels; n = 22: a second fused panel of 6 rows (8 lanes on AVX-512);
+  // n = 70: the decoded ones where the ISA has them (and a last panel of 6 rows).
   for (DType t : kAllDtypes) {
     if (!dtype_is_quantized(t)) continue;
     for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xff}, uint8_t{0x80}}) {  // 0x80: Q8_0's -128
       for (float sign : {1.0f, -1.0f}) {
-        for (int64_t n : {16, 70}) {
+        for (int64_t n : {16, 22, 70}) {
           const int64_t m = 19, k = 512;
           auto w = extreme_weights(t, m, k, fill);
           std::vector<float> x(static_cast<size_t>(n * k), sign);
@@ -241,7 +241,9 @@ TEST_P(MatmulTest, FewPanelsMatchManyPanelsBitForBit) {
     Tensor tmany = f32_tensor(many, {n_many, m});
     Tensor tx_many = f32_tensor(x, {n_many, k});
     backend_->matmul(tx_many, tw, &tb, tmany);
-    for (int64_t n : {12, 16, 23, 32}) {  // at or past every kind's panel threshold (fused_min_rows)
+    // At or past every kind's panel threshold (fused_min_rows); 18, 23 and 24 end on a panel
+    // of 2, 7 and 8 rows, which AVX-512 runs on 8 lanes (ymm) instead of 16.
+    for (int64_t n : {12, 16, 18, 23, 24, 32}) {
       std::vector<float> xs(x.begin(), x.begin() + n * k);
       auto few = poisoned(static_cast<size_t>(n * m));
       Tensor tx = f32_tensor(xs, {n, k});
