@@ -222,6 +222,34 @@ TEST_P(MatmulTest, WideOutput) {
   }
 }
 
+TEST_P(MatmulTest, FiveRowTilesMatchOneRowAtATime) {
+  // Five rows stay below every k-quant's panel threshold and take the row tiles (one tile of
+  // five where the ISA has 32 vector registers, else 4 + 1): each row's integer sums and float
+  // steps are those of a one-row matmul, so the outputs must be equal bit for bit.
+  uint64_t seed = 500;
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    Rng rng(seed++);
+    const int64_t n = 5, m = 37, k = 256 * 3;
+    auto wbytes = random_weights(rng, t, m, k);
+    auto x = rng.normals(static_cast<size_t>(n * k));
+    Tensor tw = make_tensor(wbytes.data(), t, {m, k});
+    auto all = poisoned(static_cast<size_t>(n * m));
+    Tensor tx = f32_tensor(x, {n, k});
+    Tensor tall = f32_tensor(all, {n, m});
+    backend_->matmul(tx, tw, nullptr, tall);
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> xr(x.begin() + r * k, x.begin() + (r + 1) * k);
+      auto one = poisoned(static_cast<size_t>(m));
+      Tensor txr = f32_tensor(xr, {1, k});
+      Tensor tone = f32_tensor(one, {1, m});
+      backend_->matmul(txr, tw, nullptr, tone);
+      ASSERT_EQ(std::memcmp(one.data(), &all[static_cast<size_t>(r * m)], static_cast<size_t>(m) * sizeof(float)), 0)
+          << "row " << r;
+    }
+  }
+}
+
 TEST_P(MatmulTest, FewPanelsMatchManyPanelsBitForBit) {
   // Up to two panels of 16 rows take the fused kernels (weights read raw, signed panels),
   // more take the decoded-column path where the ISA has one for the kind; both compute the
