@@ -89,7 +89,8 @@ Status DraftModel::run(std::span<const size_t> which, std::vector<std::vector<in
   if (argmax_.size() != which.size()) return Status::errorf("draft model: {} picks for {} sequences", argmax_.size(), which.size());
   for (size_t n = 0; n < which.size(); ++n) {
     const size_t i = which[n];
-    cached_[ids[i]] = want[i];  // (their K/V are written now)
+    std::vector<int32_t>& cached = cached_[ids[i]];
+    cached.insert(cached.end(), want[i].begin() + static_cast<std::ptrdiff_t>(cached.size()), want[i].end());  // (K/V written now)
     drafts[i].push_back(argmax_[n]);
     want[i].push_back(argmax_[n]);
   }

@@ -393,41 +393,36 @@ std::vector<RequestOutput> LlmEngine::step() {
 
 void LlmEngine::propose_drafts() {
   // Sequences about to decode: not a prompt's chunks nor its last token (where n > 1 samples fork).
-  auto decoding = [](const Request* r) {
-    return r != nullptr && r->num_tokens() - r->num_computed_tokens == 1 && r->num_output_tokens() > 0;
-  };
+  std::vector<Request*> seqs;
+  for (const SeqId seq : scheduler_->running()) {
+    Request* r = scheduler_->find(seq);
+    if (r != nullptr && r->num_tokens() - r->num_computed_tokens == 1 && r->num_output_tokens() > 0) seqs.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> drafts(seqs.size());
   if (draft_) {
     std::vector<SeqId> ids;
     std::vector<std::span<const int32_t>> tokens;
-    for (const SeqId seq : scheduler_->running()) {
-      const Request* r = scheduler_->find(seq);
-      if (!decoding(r)) continue;
-      ids.push_back(seq);
+    for (const Request* r : seqs) {
+      ids.push_back(r->seq_id);
       tokens.push_back(r->token_ids);
     }
-    std::vector<std::vector<int32_t>> drafts;
     if (const Status st = draft_->propose(ids, tokens, config_.spec.num_tokens, drafts); !st.is_ok()) {
       EMBER_LOG_WARN("speculative decoding: {} (this step runs without drafts)", st.message());
       return;
     }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      std::vector<int32_t>& d = drafts[i];
-      // (ids the model's vocabulary lacks end the drafts)
+    // (ids the model's vocabulary lacks end the drafts)
+    for (std::vector<int32_t>& d : drafts)
       d.erase(std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; }), d.end());
-      Request* r = scheduler_->find(ids[i]);
-      if (config_.spec.adaptive && r->draft_limit >= 0 && static_cast<int>(d.size()) > r->draft_limit)
-        d.resize(static_cast<size_t>(r->draft_limit));
-      r->draft_ids = std::move(d);
-    }
-    return;
+  } else {
+    for (size_t i = 0; i < seqs.size(); ++i)
+      drafts[i] = config_.propose_drafts ? config_.propose_drafts(seqs[i]->token_ids)
+                                         : propose_ngram(seqs[i]->token_ids, config_.spec);
   }
-  for (const SeqId seq : scheduler_->running()) {
-    Request* r = scheduler_->find(seq);
-    if (!decoding(r)) continue;
-    r->draft_ids = config_.propose_drafts ? config_.propose_drafts(r->token_ids)
-                                          : propose_ngram(r->token_ids, config_.spec);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Request* r = seqs[i];
     const int cap = config_.spec.adaptive && r->draft_limit >= 0 ? r->draft_limit : config_.spec.num_tokens;
-    if (static_cast<int>(r->draft_ids.size()) > cap) r->draft_ids.resize(static_cast<size_t>(cap));
+    if (static_cast<int>(drafts[i].size()) > cap) drafts[i].resize(static_cast<size_t>(cap));
+    r->draft_ids = std::move(drafts[i]);
   }
 }
 
