@@ -415,7 +415,7 @@ class CudaBackend final : public Backend, public CudaStep {
   bool keys_as_m_ = true;
   bool wgmma_prefill_ = false;  // sm_90a prefill attention (EMBER_CUDA_WGMMA_PREFILL=0: the mma.sync kernel)
   int gemv_variant_ = -1;   // EMBER_CUDA_GEMV_VARIANT: forced BF16 GEMV variant (the GLU too where it takes it), for tuning
-  int gemv_hold_ = 0;       // EMBER_CUDA_GEMV_HOLD=3 / 2: one-row BF16 GEMVs that fit one wave on hold variant 10 / 11
+  int gemv_hold_ = 0;       // one-row BF16 GEMVs that fit one wave: hold variant 11 (default), 10 (EMBER_CUDA_GEMV_HOLD=3), none (=0)
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
   int prefill_mode_ = -1;   // EMBER_CUDA_PREFILL_MODE: the wgmma prefill schedule (-1 the default) ...
   int prefill_keys_ = 0;    // ... and its keys per tile
