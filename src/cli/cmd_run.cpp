@@ -25,6 +25,7 @@ struct RunOptions {
   int64_t seed = -1;
   bool print_ids = false;
   bool ignore_eos = false;
+  bool json_object = false;
   bool no_special = false;
 };
 
@@ -66,7 +67,7 @@ int run(const RunOptions& o) {
   auto eos = stop_token_ids((*runner)->config(), tokenizer.get());
   ModelOptions mo = o.model;
   if (mo.warmup_graphs < 0) mo.warmup_graphs = 1;  // one request: the batch-1 graph is all it uses
-  auto engine = make_engine(std::move(*runner), mo, eos);
+  auto engine = make_engine(std::move(*runner), mo, eos, tokenizer.get());
   if (!engine.is_ok()) {
     fmt::print(stderr, "error: {}\n", engine.message());
     return 1;
@@ -81,6 +82,7 @@ int run(const RunOptions& o) {
   req.params.repetition_penalty = o.repeat_penalty;
   req.params.max_tokens = o.n_predict;
   req.params.ignore_eos = o.ignore_eos;
+  req.params.json_object = o.json_object;
   if (o.seed >= 0) req.params.seed = static_cast<uint64_t>(o.seed);
   if (auto st = (*engine)->add_request(req); !st.is_ok()) {
     fmt::print(stderr, "error: {}\n", st.message());
@@ -153,6 +155,8 @@ CommandFn register_run(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed (-1 = random)");
   cmd->add_flag("--ids", o->print_ids, "print generated token ids instead of text");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd->add_flag("--json", o->json_object,
+                "constrain the output to one JSON object (the API's response_format json_object)");
   cmd->add_flag("--no-special", o->no_special, "do not add BOS/special tokens to the prompt");
   return [o]() { return run(*o); };
 }

@@ -50,7 +50,7 @@ Result<std::unique_ptr<server::ServingModel>> load_model(const ServeOptions& o) 
   if (!m->chat_template) EMBER_LOG_WARN("chat completions disabled: {}", m->chat_template_error);
   EMBER_RETURN_IF_ERROR(finish_model_load(*runner, o.model));
   auto eos = stop_token_ids(runner->config(), m->tokenizer.get());
-  EMBER_ASSIGN_OR_RETURN(auto engine, make_engine(std::move(runner), o.model, eos));
+  EMBER_ASSIGN_OR_RETURN(auto engine, make_engine(std::move(runner), o.model, eos, m->tokenizer.get()));
   AsyncEngineConfig ac;
   ac.max_waiting_requests = o.max_queue;
   m->engine = std::make_unique<AsyncEngine>(std::move(engine), ac);

@@ -3,6 +3,7 @@
 #include "cli/progress.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "sample/json_constraint.h"
 
 #include <algorithm>
 #include <chrono>
@@ -191,8 +192,9 @@ std::vector<int32_t> stop_token_ids(const ModelConfig& config, const Tokenizer* 
 }
 
 Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runner, const ModelOptions& o,
-                                               std::vector<int32_t> eos_ids) {
+                                               std::vector<int32_t> eos_ids, const Tokenizer* tokenizer) {
   EngineConfig ec;
+  if (tokenizer != nullptr) ec.json_vocab = std::make_shared<const JsonVocab>(tokenizer->token_bytes_table());
   const bool gpu = runner->backend().device() == Device::CUDA;
   const int max_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : (gpu ? 8192 : 2048);
   const int max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : (gpu ? 256 : 64);

@@ -58,7 +58,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const WeightSource& source);
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_path);
 // Stop ids: the tokenizer's EOS ids (if any) and the model config's.
 std::vector<int32_t> stop_token_ids(const ModelConfig& config, const Tokenizer* tokenizer);
+// tokenizer (may be null): its token texts let requests ask for JSON output (json_object).
 Result<std::unique_ptr<LlmEngine>> make_engine(std::unique_ptr<ModelRunner> runner, const ModelOptions& o,
-                                               std::vector<int32_t> eos_ids);
+                                               std::vector<int32_t> eos_ids, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace ember

@@ -100,6 +100,7 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, EngineConfig confi
                             ? executor_->can_execute_argmax() || executor_->can_pipeline_argmax()
                             : config_.pipeline == EngineConfig::Pipeline::kAuto && executor_->can_pipeline_argmax();
   if (pipeline) pipeline_ = std::make_unique<ArgmaxPipeline>(*executor_);
+  sampler_->set_json_vocab(config_.json_vocab);
 }
 
 LlmEngine::~LlmEngine() {
@@ -113,6 +114,8 @@ LlmEngine::~LlmEngine() {
 Status LlmEngine::validate(const EngineRequest& request) const {
   if (request.request_id.empty()) return Status::error("the request id must not be empty");
   EMBER_RETURN_IF_ERROR(request.params.validate(vocab_size_));
+  if (request.params.json_object && !config_.json_vocab)
+    return Status::error("response_format json_object needs the model's tokenizer, which this engine was not given");
   for (int32_t t : request.prompt_token_ids) {
     if (t < 0 || t >= vocab_size_)
       return Status::errorf("prompt token id {} is outside the vocabulary (size {})", t, vocab_size_);

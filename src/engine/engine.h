@@ -22,6 +22,7 @@ namespace ember {
 
 class ArgmaxPipeline;
 class DraftModel;
+class JsonVocab;
 class Scheduler;
 class Sampler;
 struct SampledToken;
@@ -75,6 +76,9 @@ struct EngineConfig {
   // continuation, spec.num_tokens a step), with a K/V cache of as many blocks as the target's.
   // Shared only so that the config stays copyable: the engine is its one user.
   std::shared_ptr<ModelExecutor> spec_draft_model;
+  // Token texts for SamplingParams::json_object (from the tokenizer); without them such
+  // requests are refused.
+  std::shared_ptr<const JsonVocab> json_vocab;
 };
 
 class LlmEngine {

@@ -73,6 +73,12 @@ SampledToken Sampler::sample_row_into(std::span<const float> row_logits, const S
     if (std::isnan(v)) v = kNegInf;  // a broken logit must never be picked
 
   adjust_row(x, row);
+  if (p.json_object) {
+    EMBER_CHECK(json_vocab_ != nullptr, "a json_object request reached a sampler without a vocabulary");
+    std::vector<int32_t> end_ids = eos_token_ids_;
+    end_ids.insert(end_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    constrain_to_json(x, *json_vocab_, row.output_token_ids, end_ids, p.is_greedy());
+  }
   EMBER_CHECK(p.is_greedy() || row.rng != nullptr, "non-greedy row without a random stream");
   const int32_t token = pick_adjusted(x, row_logits, p, p.is_greedy() ? 0.0 : uniform01(*row.rng));
 
@@ -198,14 +204,16 @@ int32_t pick_adjusted(std::span<float> x, std::span<const float> raw_logits, con
 }
 
 bool is_plain_argmax(const SamplingParams& p, size_t n_output_tokens) {
-  return p.is_greedy() && !p.logprobs && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+  return p.is_greedy() && !p.logprobs && !p.json_object && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
          p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
          n_output_tokens >= static_cast<size_t>(std::max(0, p.min_tokens));
 }
 
 static_assert(kDeviceMaxTopLogprobs == kMaxLogprobs, "every request validate() accepts samples on the device");
 
-bool is_device_sampleable(const SamplingParams& p) { return !p.logprobs || *p.logprobs <= kDeviceMaxTopLogprobs; }
+bool is_device_sampleable(const SamplingParams& p) {
+  return !p.json_object && (!p.logprobs || *p.logprobs <= kDeviceMaxTopLogprobs);
+}
 
 SampleLogprobs compute_logprobs(std::span<const float> raw_logits, int32_t token, int n_top) {
   auto val = [&](size_t i) { return std::isnan(raw_logits[i]) ? kNegInf : raw_logits[i]; };

@@ -8,6 +8,7 @@
 // (vLLM's default "raw_logprobs"). They therefore describe the model, not the sampler settings,
 // and a greedy token's logprob is the model's.
 #include "core/thread_pool.h"
+#include "sample/json_constraint.h"
 #include "sample/logprobs.h"
 #include "sample/token_adjust.h"
 #include "sched/sampling_params.h"
@@ -45,6 +46,10 @@ class Sampler {
   explicit Sampler(std::vector<int32_t> eos_token_ids, int n_threads = 1);
   ~Sampler();
 
+  // The token texts that SamplingParams::json_object requests are constrained with.
+  void set_json_vocab(std::shared_ptr<const JsonVocab> vocab) { json_vocab_ = std::move(vocab); }
+  bool has_json_vocab() const { return json_vocab_ != nullptr; }
+
   // logits: [n_logit_rows, vocab_size] row-major.
   std::vector<SampledToken> sample(std::span<const float> logits, int vocab_size,
                                    std::span<const SamplerRow> rows);
@@ -71,6 +76,7 @@ class Sampler {
   void split_rows(size_t n, const std::function<void(size_t, size_t, int)>& fn);
 
   std::vector<int32_t> eos_token_ids_;
+  std::shared_ptr<const JsonVocab> json_vocab_;
   std::unique_ptr<ThreadPool> pool_;   // null when single-threaded
   std::vector<std::vector<float>> work_;  // scratch row per pool task
   // token_adjustments, per pool task: per-id marks and bitmap (zero between rows), the lists.

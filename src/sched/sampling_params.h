@@ -44,6 +44,9 @@ struct SamplingParams {
   // Return the log-probability of each sampled token plus this many top alternatives;
   // absent means no logprobs at all. See sample/sampler.h for which distribution is reported.
   std::optional<int> logprobs;
+  // OpenAI's response_format {"type": "json_object"}: the output is constrained to one JSON
+  // object (sample/json_constraint.h); sampled on the host, never by a device argmax.
+  bool json_object = false;
 
   // Checks ranges; the error names the offending field (e.g. "top_p must be in (0, 1], got 2").
   // vocab_size > 0 also checks token ids in logit_bias / stop_token_ids.

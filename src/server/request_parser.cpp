@@ -105,11 +105,26 @@ void reject_unsupported(FieldReader& r, bool chat) {
     r.fail("'functions' (function calling) is not supported", "functions");
   if (const Json* tc = r.get("tool_choice"); tc && !(tc->is_string() && (*tc == "none" || *tc == "auto")))
     r.fail("'tool_choice' is not supported", "tool_choice");
-  if (const Json* rf = r.get("response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
-      r.fail("'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
-  }
   (void)chat;
+}
+
+// OpenAI's response_format: {"type": "text"} (the default) or {"type": "json_object"}, whose
+// output is constrained to one JSON object. json_schema is refused by name, not ignored.
+void read_response_format(FieldReader& r, SamplingParams& p) {
+  const Json* rf = r.get("response_format");
+  if (rf == nullptr || rf->is_null()) return;
+  const Json* type = nullptr;
+  if (rf->is_object())
+    if (auto it = rf->find("type"); it != rf->end()) type = &*it;
+  if (type == nullptr || !type->is_string()) {
+    r.fail("'response_format' must be an object with a string 'type'", "response_format");
+  } else if (*type == "json_object") {
+    p.json_object = true;
+  } else if (*type == "json_schema") {
+    r.fail("'response_format' of type 'json_schema' is not supported (use 'json_object')", "response_format");
+  } else if (*type != "text") {
+    r.fail(fmt::format("'response_format' type {} is not one of 'text', 'json_object'", type->dump()), "response_format");
+  }
 }
 
 // Everything both routes share; max_tokens defaults differ (16 for completions as in OpenAI's
@@ -138,6 +153,7 @@ void read_generation_options(FieldReader& r, const ParseLimits& limits, bool cha
   read_logit_bias(r, limits, p);
   read_token_list(r, "stop_token_ids", limits, p.stop_token_ids);
   read_stop(r, limits, g.stop);
+  read_response_format(r, p);
   if (auto v = r.string("user")) g.user = *v;
   if (auto v = r.boolean("stream")) g.stream = *v;
   if (const Json* so = r.get("stream_options")) {

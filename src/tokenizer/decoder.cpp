@@ -162,6 +162,36 @@ Status Decoder::add_json(const nlohmann::json& j) {
   return Status::ok();
 }
 
+std::string Decoder::token_bytes(std::string token) const {
+  if (none_) return " " + token;  // HF joins undecoded tokens with spaces
+  bool fused = false;
+  for (const Step& st : steps_) {
+    switch (st.kind) {
+      case Kind::ByteLevel: {
+        std::string bytes;
+        if (ByteLevelMap::get().decode(token, bytes)) token = std::move(bytes);  // else its raw bytes, as decode()
+        break;
+      }
+      case Kind::Replace: replace_in(token, st.pattern, st.content); break;
+      case Kind::ByteFallback:
+        if (const int v = byte_token_value(token); v >= 0) token.assign(1, static_cast<char>(v));
+        break;
+      case Kind::Fuse: fused = true; break;
+      case Kind::Strip:
+        // After Fuse there is one string, the whole text: its strip touches only the text's
+        // ends, not a token in the middle.
+        if (!fused) {
+          std::vector<std::string> one{std::move(token)};
+          strip_tokens(one, st.content, st.start, st.stop);
+          token = std::move(one[0]);
+        }
+        break;
+      case Kind::Metaspace: replace_in(token, st.content, " "); break;
+    }
+  }
+  return token;
+}
+
 bool Decoder::has_byte_fallback() const {
   for (const Step& st : steps_)
     if (st.kind == Kind::ByteFallback) return true;

@@ -27,6 +27,10 @@ class Decoder {
 
   // The text of tokens. Output is valid UTF-8 (ill-formed bytes become U+FFFD as in HF).
   std::string decode(std::vector<std::string> tokens) const;
+  // The raw bytes one token adds in the middle of a text (not first: no Metaspace prefix drop,
+  // no strip of the text's start), without the UTF-8 repair decode() does: a token may carry
+  // part of a character. For constrained decoding, which judges a token by its bytes.
+  std::string token_bytes(std::string token) const;
   // Whether consecutive <0xNN> tokens are decoded together as one byte string (ByteFallback).
   bool has_byte_fallback() const;
 

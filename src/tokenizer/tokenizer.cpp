@@ -106,6 +106,20 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return parts_.decoder.decode(std::move(tokens));
 }
 
+std::vector<std::string> Tokenizer::token_bytes_table() const {
+  std::vector<std::string> out(static_cast<size_t>(vocab_size_));
+  for (int32_t id = 0; id < vocab_size_; ++id) {
+    auto it = added_by_id_.find(id);
+    if (it != added_by_id_.end()) {
+      const AddedToken& a = parts_.added_tokens[it->second];
+      if (!a.special) out[static_cast<size_t>(id)] = a.content;
+      continue;
+    }
+    if (const std::string* t = parts_.model->id_to_token(id)) out[static_cast<size_t>(id)] = parts_.decoder.token_bytes(*t);
+  }
+  return out;
+}
+
 std::string Tokenizer::token_piece(int32_t id) const {
   auto it = added_by_id_.find(id);
   if (it != added_by_id_.end()) return parts_.added_tokens[it->second].content;

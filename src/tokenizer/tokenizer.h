@@ -64,6 +64,9 @@ class Tokenizer {
   // skip_special drops special tokens. Ids outside the vocabulary are ignored.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
+  // The bytes each id adds in the middle of a text (Decoder::token_bytes), [vocab_size()];
+  // "" for special tokens and unknown ids. Non-special added tokens are their content.
+  std::vector<std::string> token_bytes_table() const;
   // The vocabulary string of a token ("Ġthe", "▁the", "<0x0A>", "<bos>"); "" for unknown ids.
   std::string token_piece(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view piece) const;

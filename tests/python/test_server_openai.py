@@ -393,3 +393,32 @@ def test_smollm_stop_logprobs_and_prefix_cache(smollm):
     assert c.logprobs.content and all(e.logprob <= 0 and len(e.top_logprobs) == 3 for e in c.logprobs.content)
     # The same conversation again: its prompt comes from the prefix cache.
     assert r.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_smollm_json_object(smollm):
+    """response_format json_object: the output is one JSON object (judged by Python's json), the
+    same streamed, for sampled requests too; json_schema is refused by name."""
+    msgs = [{"role": "user", "content": "Reply with only a JSON object with the keys name and age for a cat named "
+                                        "Tom who is 3 years old."}]
+    kw = dict(model="smollm", messages=msgs, max_tokens=80, response_format={"type": "json_object"})
+    r = smollm.chat.completions.create(temperature=0, **kw)
+    c = r.choices[0]
+    assert c.finish_reason == "stop", c.message.content
+    assert json.loads(c.message.content) == {"name": "Tom", "age": 3}, c.message.content
+    s = smollm.chat.completions.create(temperature=0, stream=True, **kw)
+    assert "".join(ch.choices[0].delta.content or "" for ch in s) == c.message.content
+    # Without the constraint the same greedy request is not a JSON object (else this test proves nothing).
+    plain = smollm.chat.completions.create(model="smollm", messages=msgs, max_tokens=80, temperature=0)
+    with pytest.raises(ValueError):
+        json.loads(plain.choices[0].message.content)
+    finished = 0
+    for seed in range(4):
+        r = smollm.chat.completions.create(temperature=1.0, seed=seed, **kw)
+        if r.choices[0].finish_reason == "stop":
+            finished += 1
+            assert isinstance(json.loads(r.choices[0].message.content), dict), r.choices[0].message.content
+    assert finished >= 3
+    with pytest.raises(openai.BadRequestError) as e:
+        smollm.chat.completions.create(model="smollm", messages=msgs, max_tokens=8, response_format={
+            "type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object"}}})
+    assert e.value.body["param"] == "response_format" and "json_schema" in e.value.message

@@ -194,12 +194,23 @@ TEST(RequestParser, ChatMessages) {
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})").param, "top_logprobs");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})").param,
             "tools");
-  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})").param,
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})").param,
+            "response_format");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})").param,
+            "response_format");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json_object"})").param,
+            "response_format");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {}})").param,
             "response_format");
   auto text_format = parse_chat_request(
       parse(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}, "tools": []})"),
       limits());
-  EXPECT_TRUE(text_format.is_ok());
+  ASSERT_TRUE(text_format.is_ok());
+  EXPECT_FALSE(text_format->gen.params.json_object);
+  auto json_format = parse_chat_request(
+      parse(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"), limits());
+  ASSERT_TRUE(json_format.is_ok()) << json_format.error().message;
+  EXPECT_TRUE(json_format->gen.params.json_object);
 }
 
 TEST(RequestParser, BodyLevelErrors) {

@@ -69,4 +69,30 @@ void expect_incremental_parity(const nlohmann::json& expected, const Tokenizer& 
   }
 }
 
+void expect_token_bytes_parity(const nlohmann::json& expected, const Tokenizer& tok) {
+  const std::vector<std::string> table = tok.token_bytes_table();
+  ASSERT_EQ(table.size(), static_cast<size_t>(tok.vocab_size()));
+  for (const auto& c : expected["cases"]) {
+    SCOPED_TRACE("case " + c["name"].get<std::string>());
+    std::string joined;
+    for (int32_t id : ids_of(c["ids"])) {
+      ASSERT_TRUE(id >= 0 && id < tok.vocab_size());
+      EXPECT_EQ(table[static_cast<size_t>(id)].empty(), tok.is_special(id) || tok.token_piece(id).empty()) << id;
+      joined += table[static_cast<size_t>(id)];
+    }
+    const std::string text = sanitize_utf8(joined);
+    const std::string want = c["decoded_skip"].get<std::string>();
+    // want is text with some spaces left out: the decoders drop a text's leading space, and
+    // HF's Metaspace every replacement character of its first token (which only ever removes
+    // whitespace, so a JSON text stays valid JSON either way).
+    size_t i = 0, j = 0;
+    while (i < text.size()) {
+      if (j < want.size() && text[i] == want[j]) ++j;
+      else if (text[i] != ' ') break;
+      ++i;
+    }
+    EXPECT_TRUE(i == text.size() && j == want.size()) << printable(text) << " vs HF " << printable(want);
+  }
+}
+
 }  // namespace ember::test

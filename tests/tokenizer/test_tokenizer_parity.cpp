@@ -27,6 +27,13 @@ TEST_P(TinyParity, IncrementalDetokenizerMatchesDecode) {
   expect_incremental_parity(expected, **tok);
 }
 
+TEST_P(TinyParity, TokenBytesJoinToDecode) {
+  auto expected = read_json_file(GetParam());
+  auto tok = load_tokenizer_for(expected);
+  ASSERT_TRUE(tok.is_ok()) << tok.message();
+  expect_token_bytes_parity(expected, **tok);
+}
+
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
   return std::filesystem::path(info.param).stem().string();
 }

@@ -36,6 +36,8 @@ TEST_P(RealParity, MatchesHuggingFace) { expect_parity(expected_, *tok_); }
 
 TEST_P(RealParity, IncrementalDetokenizerMatchesDecode) { expect_incremental_parity(expected_, *tok_); }
 
+TEST_P(RealParity, TokenBytesJoinToDecode) { expect_token_bytes_parity(expected_, *tok_); }
+
 TEST_P(RealParity, StopTokens) {
   // The chat formats' end-of-turn tokens stop generation besides eos (from the models' own
   // generation configs: Gemma 3 stops on <end_of_turn>, Qwen2.5 on <|im_end|> and <|endoftext|>,

@@ -1,0 +1,78 @@
+#pragma once
+// JsonMatcher: an incremental recognizer of one JSON object (RFC 8259, strict: no NaN, no
+// comments, no control characters in strings, UTF-8 inside strings), fed bytes as they are
+// generated. It answers the question constrained decoding asks each step: can these bytes
+// still be continued into a complete object? The state is a small trivially copyable value,
+// so trying a candidate token is a copy and a walk over the token's bytes.
+//
+// Bounds keep a constrained model from running away (what OpenAI's json mode warns of, a stream
+// of whitespace until the token limit; a small model asked for JSON without saying so in its
+// prompt does exactly that): at most kMaxWhitespaceRun whitespace bytes in a row outside
+// strings (a newline and 20 of indentation is llama.cpp's JSON grammar's bound), nothing after
+// the closing brace (the end-of-sequence token comes next), nesting at most kMaxDepth deep.
+// Documents beyond them are rejected.
+#include <cstdint>
+#include <string_view>
+
+namespace ember {
+
+class JsonMatcher {
+ public:
+  static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxWhitespaceRun = 24;
+
+  // Feeds bytes; false (and the state unchanged) when they cannot be part of a valid object.
+  bool feed(std::string_view bytes);
+  // Whether one byte could come next (the state unchanged either way).
+  bool accepts(std::string_view bytes) const {
+    JsonMatcher m = *this;
+    return m.feed(bytes);
+  }
+  // The top-level object has been closed: nothing may follow.
+  bool complete() const { return state_ == State::kDone; }
+  // Inside a string with no escape or UTF-8 sequence pending: any byte but '"', '\\', a control
+  // character or a non-ASCII one keeps the state exactly as it is.
+  bool in_plain_string() const { return state_ == State::kString && utf8_need_ == 0; }
+
+ private:
+  enum class State : uint8_t {
+    kStart,        // before the top-level object: whitespace, then '{'
+    kObjectKey,    // after '{': whitespace, a key's '"' or '}'
+    kObjectNextKey,  // after ',' in an object: whitespace, then a key's '"'
+    kColon,        // after a key: whitespace, then ':'
+    kValue,        // a value starts (after ':' or '[' or ',' in an array)
+    kArrayFirst,   // after '[': a value or ']'
+    kAfterValue,   // after a value: whitespace, ',' or the container's close
+    kString,       // inside a string
+    kEscape,       // after a backslash
+    kUnicode,      // \u and hex_left_ hex digits to go
+    kLiteral,      // inside true / false / null
+    kNumSign,      // after '-'
+    kNumZero,      // a leading 0
+    kNumInt,       // integer digits
+    kNumDot,       // after '.'
+    kNumFrac,      // fraction digits
+    kNumExp,       // after 'e' / 'E'
+    kNumExpSign,   // after the exponent's sign
+    kNumExpDigits, // exponent digits
+    kDone,         // the top-level object closed
+  };
+  bool step(uint8_t c);
+  bool open(bool object);
+  bool close(bool object);
+  bool after_value();    // a value just ended
+  bool number_end(uint8_t c);  // a number ended at c: continue in kAfterValue with c
+  bool top_is_object() const { return (kinds_ >> (depth_ - 1)) & 1u; }
+
+  State state_ = State::kStart;
+  bool key_string_ = false;  // the string being read is a key
+  uint8_t depth_ = 0;        // open containers
+  uint8_t utf8_need_ = 0;    // continuation bytes still owed inside a string
+  uint8_t hex_left_ = 0;     // kUnicode
+  uint8_t literal_ = 0;      // kLiteral: which of true / false / null
+  uint8_t literal_pos_ = 0;  // kLiteral: bytes matched
+  uint8_t ws_run_ = 0;       // whitespace bytes in a row outside strings
+  uint64_t kinds_ = 0;       // bit d: container d is an object (else an array)
+};
+
+}  // namespace ember
