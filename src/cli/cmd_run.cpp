@@ -3,7 +3,10 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 
+#include "sample/json_schema.h"
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -26,8 +29,23 @@ struct RunOptions {
   bool print_ids = false;
   bool ignore_eos = false;
   bool json_object = false;
+  std::string json_schema;
   bool no_special = false;
 };
+
+// --json-schema: the schema's text, or a file that holds it.
+Result<std::shared_ptr<const JsonSchema>> read_json_schema(const std::string& arg) {
+  std::string text = arg;
+  if (std::FILE* f = arg.find('{') == std::string::npos ? std::fopen(arg.c_str(), "rb") : nullptr) {
+    text.clear();
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+  }
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::errorf("'{}' is neither valid JSON nor a readable file of it", arg);
+  return JsonSchema::compile(j);
+}
 
 int run(const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
@@ -83,6 +101,15 @@ int run(const RunOptions& o) {
   req.params.max_tokens = o.n_predict;
   req.params.ignore_eos = o.ignore_eos;
   req.params.json_object = o.json_object;
+  if (!o.json_schema.empty()) {
+    auto schema = read_json_schema(o.json_schema);
+    if (!schema.is_ok()) {
+      fmt::print(stderr, "error: --json-schema: {}\n", schema.message());
+      return 2;
+    }
+    req.params.json_object = true;
+    req.params.json_schema = std::move(schema).value();
+  }
   if (o.seed >= 0) req.params.seed = static_cast<uint64_t>(o.seed);
   if (auto st = (*engine)->add_request(req); !st.is_ok()) {
     fmt::print(stderr, "error: {}\n", st.message());
@@ -157,6 +184,8 @@ CommandFn register_run(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", o->json_object,
                 "constrain the output to one JSON object (the API's response_format json_object)");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "constrain the output to one JSON object matching this schema (inline JSON or a file)");
   cmd->add_flag("--no-special", o->no_special, "do not add BOS/special tokens to the prompt");
   return [o]() { return run(*o); };
 }

@@ -32,18 +32,19 @@ bool JsonVocab::allows(const JsonMatcher& m, int32_t id) const {
   return !b.empty() && m.accepts(b);
 }
 
-bool json_state_of(const JsonVocab& vocab, std::span<const int32_t> output_ids, JsonMatcher& m) {
-  m = JsonMatcher();
+bool json_state_of(const JsonVocab& vocab, const JsonSchema* schema, std::span<const int32_t> output_ids,
+                   JsonMatcher& m) {
+  m = JsonMatcher(schema);
   for (int32_t id : output_ids) {
     if (id < 0 || id >= vocab.size() || vocab.bytes(id).empty() || !m.feed(vocab.bytes(id))) return false;
   }
   return true;
 }
 
-void constrain_to_json(std::span<float> x, const JsonVocab& vocab, std::span<const int32_t> output_ids,
-                       std::span<const int32_t> end_ids, bool greedy) {
+void constrain_to_json(std::span<float> x, const JsonVocab& vocab, const JsonSchema* schema,
+                       std::span<const int32_t> output_ids, std::span<const int32_t> end_ids, bool greedy) {
   JsonMatcher m;
-  const bool valid = json_state_of(vocab, output_ids, m);
+  const bool valid = json_state_of(vocab, schema, output_ids, m);
   auto is_end = [&](int32_t id) { return std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end(); };
   // A broken prefix (not produced under this constraint) can only end.
   auto allowed = [&](int32_t id) {

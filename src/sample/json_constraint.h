@@ -30,17 +30,19 @@ class JsonVocab {
   std::vector<uint8_t> plain_;
 };
 
-// The matcher after the output so far; false when those bytes are not the start of an object
-// (a request that came without the constraint, or ids outside the vocabulary).
-bool json_state_of(const JsonVocab& vocab, std::span<const int32_t> output_ids, JsonMatcher& m);
+// The matcher (of schema, null for any object) after the output so far; false when those bytes
+// are not the start of such an object (a request that came without the constraint, or ids
+// outside the vocabulary).
+bool json_state_of(const JsonVocab& vocab, const JsonSchema* schema, std::span<const int32_t> output_ids,
+                   JsonMatcher& m);
 
 // Masks (-inf) the tokens of logits row x (already adjusted: bias, penalties) that cannot
-// continue `output_ids` into one JSON object. end_ids (EOS and the request's stop ids) stay
+// continue `output_ids` into one JSON object (matching schema, if not null). end_ids (EOS and the request's stop ids) stay
 // only when the object is complete. Greedy rows stop at the first allowed maximum (the larger
 // ones are masked, the rest left alone: argmax(x) is then that token); other rows get the full
 // mask. If nothing is left, the first end id is allowed, so a request ends rather than picking
 // an unconstrained token.
-void constrain_to_json(std::span<float> x, const JsonVocab& vocab, std::span<const int32_t> output_ids,
-                       std::span<const int32_t> end_ids, bool greedy);
+void constrain_to_json(std::span<float> x, const JsonVocab& vocab, const JsonSchema* schema,
+                       std::span<const int32_t> output_ids, std::span<const int32_t> end_ids, bool greedy);
 
 }  // namespace ember

@@ -11,6 +11,14 @@
 // strings (a newline and 20 of indentation is llama.cpp's JSON grammar's bound), nothing after
 // the closing brace (the end-of-sequence token comes next), nesting at most kMaxDepth deep.
 // Documents beyond them are rejected.
+//
+// With a JsonSchema the object must also match it (json_schema.h says which keywords): each
+// open container keeps a frame (its schema node, the properties seen, the items counted), keys
+// and enum values are matched against their allowed spellings as they are typed, and a
+// container may close only when its required keys / minItems are there.
+#include "sample/json_schema.h"
+
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -19,7 +27,12 @@ namespace ember {
 class JsonMatcher {
  public:
   static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxSchemaDepth = 16;
   static constexpr int kMaxWhitespaceRun = 24;
+
+  JsonMatcher() = default;
+  // schema (may be null: any object) must outlive the matcher.
+  explicit JsonMatcher(const JsonSchema* schema) : schema_(schema), value_node_(schema ? schema->root() : 0) {}
 
   // Feeds bytes; false (and the state unchanged) when they cannot be part of a valid object.
   bool feed(std::string_view bytes);
@@ -32,7 +45,7 @@ class JsonMatcher {
   bool complete() const { return state_ == State::kDone; }
   // Inside a string with no escape or UTF-8 sequence pending: any byte but '"', '\\', a control
   // character or a non-ASCII one keeps the state exactly as it is.
-  bool in_plain_string() const { return state_ == State::kString && utf8_need_ == 0; }
+  bool in_plain_string() const { return state_ == State::kString && utf8_need_ == 0 && !tracking_; }
 
  private:
   enum class State : uint8_t {
@@ -57,12 +70,29 @@ class JsonMatcher {
     kNumExpDigits, // exponent digits
     kDone,         // the top-level object closed
   };
+  struct Frame {
+    int32_t node = 0;
+    uint32_t count = 0;  // items of an array
+    uint64_t seen = 0;   // properties of an object, a bit per declared name
+  };
   bool step(uint8_t c);
   bool open(bool object);
   bool close(bool object);
   bool after_value();    // a value just ended
   bool number_end(uint8_t c);  // a number ended at c: continue in kAfterValue with c
   bool top_is_object() const { return (kinds_ >> (depth_ - 1)) & 1u; }
+  // Schema checks (all true without a schema).
+  const SchemaNode* top_node() const { return schema_ ? &schema_->node(frames_[depth_ - 1].node) : nullptr; }
+  bool value_starts(uint8_t c);   // the first byte of a value of node value_node_
+  bool key_starts();              // a key's opening quote in the top object
+  bool key_ends();                // its closing quote: which property (or another key) it is
+  bool may_close() const;         // required keys / minItems there
+  bool may_continue() const;      // ',': another key or item may come
+  bool track(uint8_t c);          // a byte of a tracked key or enum value
+  bool literal_ends() const;      // an enum value ends here: one spelling matched whole
+  bool number_char_ok(uint8_t c) const {  // integers take no fraction or exponent
+    return !integer_only_ || (c != '.' && c != 'e' && c != 'E');
+  }
 
   State state_ = State::kStart;
   bool key_string_ = false;  // the string being read is a key
@@ -73,6 +103,15 @@ class JsonMatcher {
   uint8_t literal_pos_ = 0;  // kLiteral: bytes matched
   uint8_t ws_run_ = 0;       // whitespace bytes in a row outside strings
   uint64_t kinds_ = 0;       // bit d: container d is an object (else an array)
+
+  const JsonSchema* schema_ = nullptr;
+  bool tracking_ = false;      // the bytes being read are matched against cand_ (a key or an enum)
+  bool tracking_key_ = false;  // ... and they are a key's (else an enum value's)
+  bool integer_only_ = false;  // the number being read must be an integer
+  uint16_t lit_len_ = 0;       // bytes of the tracked key / value so far
+  int32_t value_node_ = 0;     // node of the value that comes next (after a key, or an item)
+  uint64_t cand_ = 0;          // declared names / enum spellings the tracked bytes still match
+  std::array<Frame, kMaxSchemaDepth> frames_{};
 };
 
 }  // namespace ember

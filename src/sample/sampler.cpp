@@ -77,7 +77,7 @@ SampledToken Sampler::sample_row_into(std::span<const float> row_logits, const S
     EMBER_CHECK(json_vocab_ != nullptr, "a json_object request reached a sampler without a vocabulary");
     std::vector<int32_t> end_ids = eos_token_ids_;
     end_ids.insert(end_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-    constrain_to_json(x, *json_vocab_, row.output_token_ids, end_ids, p.is_greedy());
+    constrain_to_json(x, *json_vocab_, p.json_schema.get(), row.output_token_ids, end_ids, p.is_greedy());
   }
   EMBER_CHECK(p.is_greedy() || row.rng != nullptr, "non-greedy row without a random stream");
   const int32_t token = pick_adjusted(x, row_logits, p, p.is_greedy() ? 0.0 : uniform01(*row.rng));

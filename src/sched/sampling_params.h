@@ -5,11 +5,14 @@
 #include "core/status.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
 namespace ember {
+
+class JsonSchema;  // sample/json_schema.h (compiled by the server; this layer only carries it)
 
 struct SamplingParams {
   // 0 means greedy (argmax); any other value divides the logits.
@@ -47,6 +50,8 @@ struct SamplingParams {
   // OpenAI's response_format {"type": "json_object"}: the output is constrained to one JSON
   // object (sample/json_constraint.h); sampled on the host, never by a device argmax.
   bool json_object = false;
+  // With json_object: the object must also match this schema (response_format json_schema).
+  std::shared_ptr<const JsonSchema> json_schema;
 
   // Checks ranges; the error names the offending field (e.g. "top_p must be in (0, 1], got 2").
   // vocab_size > 0 also checks token ids in logit_bias / stop_token_ids.

@@ -3,6 +3,8 @@
 // stop_token_ids, ignore_eos) otherwise; SamplingParams::validate() checks the result once more.
 #include "server/request_parser.h"
 
+#include "sample/json_schema.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -108,8 +110,10 @@ void reject_unsupported(FieldReader& r, bool chat) {
   (void)chat;
 }
 
-// OpenAI's response_format: {"type": "text"} (the default) or {"type": "json_object"}, whose
-// output is constrained to one JSON object. json_schema is refused by name, not ignored.
+// OpenAI's response_format: {"type": "text"} (the default), {"type": "json_object"}, whose
+// output is constrained to one JSON object, or {"type": "json_schema", "json_schema": {"name":
+// ..., "schema": {...}}}, an object that also matches the schema (JsonSchema's subset; other
+// keywords are refused by name).
 void read_response_format(FieldReader& r, SamplingParams& p) {
   const Json* rf = r.get("response_format");
   if (rf == nullptr || rf->is_null()) return;
@@ -121,9 +125,25 @@ void read_response_format(FieldReader& r, SamplingParams& p) {
   } else if (*type == "json_object") {
     p.json_object = true;
   } else if (*type == "json_schema") {
-    r.fail("'response_format' of type 'json_schema' is not supported (use 'json_object')", "response_format");
+    const auto js = rf->find("json_schema");
+    const Json* schema = nullptr;
+    if (js != rf->end() && js->is_object())
+      if (auto it = js->find("schema"); it != js->end()) schema = &*it;
+    if (schema == nullptr) {
+      r.fail("'response_format' of type 'json_schema' needs 'json_schema': {\"name\": ..., \"schema\": {...}}",
+             "response_format");
+      return;
+    }
+    auto compiled = JsonSchema::compile(*schema);
+    if (!compiled.is_ok()) {
+      r.fail("'response_format' json_schema: " + compiled.message(), "response_format");
+      return;
+    }
+    p.json_object = true;
+    p.json_schema = std::move(compiled).value();
   } else if (*type != "text") {
-    r.fail(fmt::format("'response_format' type {} is not one of 'text', 'json_object'", type->dump()), "response_format");
+    r.fail(fmt::format("'response_format' type {} is not one of 'text', 'json_object', 'json_schema'", type->dump()),
+           "response_format");
   }
 }
 

@@ -418,7 +418,31 @@ def test_smollm_json_object(smollm):
             finished += 1
             assert isinstance(json.loads(r.choices[0].message.content), dict), r.choices[0].message.content
     assert finished >= 3
+
+
+def test_smollm_json_schema(smollm):
+    """response_format json_schema: required keys, types and an enum hold in every finished
+    output, greedy and sampled; keywords ember cannot enforce are refused by name."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["name", "age", "color"],
+              "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                             "color": {"enum": ["black", "white", "orange"]}}}
+    rf = {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema, "strict": True}}
+    msgs = [{"role": "user", "content": "Describe the cat Tom as JSON: he is 3 years old and orange."}]
+    finished = 0
+    for temperature, seed in [(0, 0), (1.0, 0), (1.0, 1), (1.0, 2)]:
+        r = smollm.chat.completions.create(model="smollm", messages=msgs, max_tokens=60, temperature=temperature,
+                                           seed=seed, response_format=rf)
+        if r.choices[0].finish_reason != "stop":
+            continue
+        finished += 1
+        obj = json.loads(r.choices[0].message.content)
+        assert set(obj) == {"name", "age", "color"}, obj
+        assert isinstance(obj["name"], str) and type(obj["age"]) is int and obj["color"] in schema["properties"]["color"]["enum"]
+        if temperature == 0:
+            assert obj == {"name": "Tom", "age": 3, "color": "orange"}
+    assert finished >= 3
     with pytest.raises(openai.BadRequestError) as e:
         smollm.chat.completions.create(model="smollm", messages=msgs, max_tokens=8, response_format={
-            "type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object"}}})
-    assert e.value.body["param"] == "response_format" and "json_schema" in e.value.message
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}}}})
+    assert e.value.body["param"] == "response_format" and "'pattern'" in e.value.message

@@ -126,7 +126,7 @@ TEST(JsonConstraint, SampledAndGreedyOutputsAreJsonObjects) {
       if (t == eos) {
         ++ended;
         JsonMatcher m;
-        ASSERT_TRUE(json_state_of(*vocab, out, m) && m.complete()) << text;
+        ASSERT_TRUE(json_state_of(*vocab, nullptr, out, m) && m.complete()) << text;
         try {
           EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
         } catch (const nlohmann::json::out_of_range& e) {
@@ -142,7 +142,7 @@ TEST(JsonConstraint, SampledAndGreedyOutputsAreJsonObjects) {
       out.push_back(t);
       text += words[static_cast<size_t>(t)];
       JsonMatcher m;
-      ASSERT_TRUE(json_state_of(*vocab, out, m)) << "not a JSON prefix: " << text;
+      ASSERT_TRUE(json_state_of(*vocab, nullptr, out, m)) << "not a JSON prefix: " << text;
     }
   }
   EXPECT_GT(ended, 100);
@@ -163,12 +163,12 @@ TEST(JsonConstraint, GreedyShortcutEqualsTheFullMask) {
     for (float& v : x) v = normal(rng);
     if (step % 5 == 0) x[static_cast<size_t>(rng() % x.size())] = kNegInf;
     std::vector<float> quick = x, full = x;
-    constrain_to_json(quick, vocab, out, ends, /*greedy=*/true);
-    constrain_to_json(full, vocab, out, ends, /*greedy=*/false);
+    constrain_to_json(quick, vocab, nullptr, out, ends, /*greedy=*/true);
+    constrain_to_json(full, vocab, nullptr, out, ends, /*greedy=*/false);
     const int32_t t = argmax(quick);
     ASSERT_EQ(t, argmax(full)) << "step " << step;
     JsonMatcher m;
-    ASSERT_TRUE(json_state_of(vocab, out, m));
+    ASSERT_TRUE(json_state_of(vocab, nullptr, out, m));
     auto ok = [&](size_t i) { return static_cast<int32_t>(i) == eos ? m.complete() : vocab.allows(m, static_cast<int32_t>(i)); };
     bool any = false;
     for (size_t i = 0; i < full.size(); ++i) any = any || (x[i] != kNegInf && ok(i));
@@ -186,12 +186,12 @@ TEST(JsonConstraint, GreedyShortcutEqualsTheFullMask) {
 TEST(JsonConstraint, ABrokenPrefixCanOnlyEndAndNothingLeftMeansEnd) {
   const JsonVocab vocab({"{", "}", "x", ""});
   std::vector<float> x{1.0f, 2.0f, 3.0f, 0.0f};
-  constrain_to_json(x, vocab, std::vector<int32_t>{2}, std::vector<int32_t>{3}, false);
+  constrain_to_json(x, vocab, nullptr, std::vector<int32_t>{2}, std::vector<int32_t>{3}, false);
   EXPECT_EQ(argmax(x), 3);
   EXPECT_EQ(x[0], kNegInf);
   // After "{}" only the end may come; with it masked by the caller (min_tokens), it is let back.
   std::vector<float> y{1.0f, 2.0f, 3.0f, kNegInf};
-  constrain_to_json(y, vocab, std::vector<int32_t>{0, 1}, std::vector<int32_t>{3}, true);
+  constrain_to_json(y, vocab, nullptr, std::vector<int32_t>{0, 1}, std::vector<int32_t>{3}, true);
   EXPECT_EQ(argmax(y), 3);
 }
 

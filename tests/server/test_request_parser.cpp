@@ -196,6 +196,9 @@ TEST(RequestParser, ChatMessages) {
             "tools");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})").param,
             "response_format");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+            "json_schema": {"name": "n", "schema": {"type": "object", "properties": {"a": {"format": "date"}}}}}})").param,
+            "response_format");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})").param,
             "response_format");
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json_object"})").param,
@@ -211,6 +214,14 @@ TEST(RequestParser, ChatMessages) {
       parse(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"), limits());
   ASSERT_TRUE(json_format.is_ok()) << json_format.error().message;
   EXPECT_TRUE(json_format->gen.params.json_object);
+  EXPECT_FALSE(json_format->gen.params.json_schema);
+  auto schema_format = parse_chat_request(
+      parse(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+               "json_schema": {"name": "n", "schema": {"type": "object", "required": ["a"]}}}})"),
+      limits());
+  ASSERT_TRUE(schema_format.is_ok()) << schema_format.error().message;
+  EXPECT_TRUE(schema_format->gen.params.json_object);
+  EXPECT_TRUE(schema_format->gen.params.json_schema);
 }
 
 TEST(RequestParser, BodyLevelErrors) {
