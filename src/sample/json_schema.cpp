@@ -16,6 +16,16 @@ class SchemaCompiler {
   explicit SchemaCompiler(const Json& doc) : doc_(doc) { out_.nodes_.emplace_back(); }  // node 0: any
 
   Result<int> node(const Json& s, const std::string& where) {
+    // Untrusted input (a request body): bound the recursion and the table.
+    if (depth_ >= kMaxNesting) return Status::errorf("the schema nests deeper than {} levels at {}", kMaxNesting, where);
+    if (out_.nodes_.size() >= kMaxNodes) return Status::errorf("the schema has more than {} subschemas", kMaxNodes);
+    ++depth_;
+    auto result = node_at(s, where);
+    --depth_;
+    return result;
+  }
+
+  Result<int> node_at(const Json& s, const std::string& where) {
     if (s.is_boolean()) {
       if (s.get<bool>()) return 0;
       return Status::errorf("the schema at {} is false: nothing matches it", where);
@@ -115,6 +125,9 @@ class SchemaCompiler {
   }
 
  private:
+  static constexpr int kMaxNesting = 64;
+  static constexpr size_t kMaxNodes = 4096;
+
   // Keywords that say nothing about the value (and the definitions a $ref points into).
   static const std::set<std::string>& annotations() {
     static const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema",
@@ -169,6 +182,7 @@ class SchemaCompiler {
   }
 
   const Json& doc_;
+  int depth_ = 0;
   JsonSchema out_;
   std::map<std::string, int> refs_;
 };

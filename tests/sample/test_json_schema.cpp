@@ -50,6 +50,13 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
                 .find("minItems > maxItems"),
             std::string::npos);
   EXPECT_EQ(compile_error(R"({"title": "t", "description": "d", "type": "object", "$schema": "x"})"), "(compiled)");
+  // Request bodies are untrusted: a schema nested 100,000 deep is an error, not a stack overflow.
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += R"({"items":)";
+  deep += "{}";
+  deep += std::string(100000, '}');
+  EXPECT_NE(compile_error(("{\"type\": \"object\", \"properties\": {\"a\": " + deep + "}}").c_str()).find("deeper than"),
+            std::string::npos);
 }
 
 TEST(JsonSchema, AgreesWithPythonJsonschemaOnFixtures) {
