@@ -1,5 +1,5 @@
 #pragma once
-// Constrained decoding to one JSON object (OpenAI's response_format {"type": "json_object"}):
+// Constrained decoding to one JSON object (OpenAI's response_format json_object / json_schema):
 // before a token is picked, every token whose bytes cannot continue the output into a valid
 // object is masked, as vLLM's guided decoding does (the mask comes before temperature and
 // truncation, so top-p / top-k act on the allowed tokens only). End-of-sequence and stop
@@ -37,8 +37,8 @@ bool json_state_of(const JsonVocab& vocab, const JsonSchema* schema, std::span<c
                    JsonMatcher& m);
 
 // Masks (-inf) the tokens of logits row x (already adjusted: bias, penalties) that cannot
-// continue `output_ids` into one JSON object (matching schema, if not null). end_ids (EOS and the request's stop ids) stay
-// only when the object is complete. Greedy rows stop at the first allowed maximum (the larger
+// continue `output_ids` into one JSON object (matching schema, if not null). end_ids (EOS and
+// the request's stop ids) stay only when the object is complete. Greedy rows stop at the first allowed maximum (the larger
 // ones are masked, the rest left alone: argmax(x) is then that token); other rows get the full
 // mask. If nothing is left, the first end id is allowed, so a request ends rather than picking
 // an unconstrained token.

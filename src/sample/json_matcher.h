@@ -2,8 +2,9 @@
 // JsonMatcher: an incremental recognizer of one JSON object (RFC 8259, strict: no NaN, no
 // comments, no control characters in strings, UTF-8 inside strings), fed bytes as they are
 // generated. It answers the question constrained decoding asks each step: can these bytes
-// still be continued into a complete object? The state is a small trivially copyable value,
-// so trying a candidate token is a copy and a walk over the token's bytes.
+// still be continued into a complete object? The state is a trivially copyable value (~300
+// bytes, most of them the schema frames), so trying a candidate token is a copy and a walk
+// over the token's bytes.
 //
 // Bounds keep a constrained model from running away (what OpenAI's json mode warns of, a stream
 // of whitespace until the token limit; a small model asked for JSON without saying so in its
@@ -36,15 +37,18 @@ class JsonMatcher {
 
   // Feeds bytes; false (and the state unchanged) when they cannot be part of a valid object.
   bool feed(std::string_view bytes);
-  // Whether one byte could come next (the state unchanged either way).
+  // Whether these bytes could come next (the state unchanged either way).
   bool accepts(std::string_view bytes) const {
-    JsonMatcher m = *this;
-    return m.feed(bytes);
+    JsonMatcher m = *this;  // (one copy: the trial runs on it, feed() would copy again)
+    for (char c : bytes)
+      if (!m.step(static_cast<uint8_t>(c))) return false;
+    return true;
   }
   // The top-level object has been closed: nothing may follow.
   bool complete() const { return state_ == State::kDone; }
-  // Inside a string with no escape or UTF-8 sequence pending: any byte but '"', '\\', a control
-  // character or a non-ASCII one keeps the state exactly as it is.
+  // Inside a string with no escape or UTF-8 sequence pending and nothing to match (not a schema's
+  // key or enum value): whole UTF-8 characters without '"', '\\' or a control character leave
+  // the state exactly as it was.
   bool in_plain_string() const { return state_ == State::kString && utf8_need_ == 0 && !tracking_; }
 
  private:
