@@ -47,6 +47,13 @@ SCHEMAS = [
         "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/definitions/node"}, "maxItems": 2}},
         "required": ["v"], "additionalProperties": False}},
      "$ref": "#/definitions/node"},
+    {"$defs": {"Pet": {"title": "Pet", "type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}},
+                       "required": ["kind"]}},
+     "title": "Owner", "type": "object", "properties": {
+         "age": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+         "pet": {"oneOf": [{"$ref": "#/$defs/Pet"}, {"type": "null"}, {"type": "string"}]},
+         "ids": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "boolean"}]}}},
+     "required": ["pet"], "additionalProperties": False},
 ]
 
 WORDS = ["a", "bc", "x y", "Tom", "caf\u00e9", "q\"t", "back\\slash", "line\nbreak", ""]
@@ -61,6 +68,9 @@ def resolve(schema, root):
 
 def draw(schema, root, depth=0):
     schema = resolve(schema, root)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return draw(rng.choice(schema[key]), root, depth)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:

@@ -72,7 +72,6 @@ bool JsonMatcher::value_starts(uint8_t c) {
     if (static_cast<int64_t>(f.count) >= arr.max_items) return false;
     value_node_ = arr.items;
   }
-  const SchemaNode& n = schema_->node(value_node_);
   uint8_t need = 0;
   switch (c) {
     case '{': need = SchemaNode::kObject; break;
@@ -82,6 +81,14 @@ bool JsonMatcher::value_starts(uint8_t c) {
     case 'n': need = SchemaNode::kNull; break;
     default: need = SchemaNode::kNumber | SchemaNode::kInteger; break;
   }
+  // anyOf: the first character picks the one alternative of its type.
+  for (const SchemaNode* a = &schema_->node(value_node_); !a->alts.empty(); a = &schema_->node(value_node_)) {
+    size_t i = 0;
+    while (i < a->alts.size() && !(schema_->node(a->alts[i]).types & need)) ++i;
+    if (i == a->alts.size()) return false;
+    value_node_ = a->alts[i];
+  }
+  const SchemaNode& n = schema_->node(value_node_);
   if (!(n.types & need)) return false;
   integer_only_ = need == (SchemaNode::kNumber | SchemaNode::kInteger) && !(n.types & SchemaNode::kNumber);
   if (!n.literals.empty()) {

@@ -34,10 +34,13 @@ class SchemaCompiler {
     if (auto it = s.find("$ref"); it != s.end()) return ref(s, *it, where);
     static const std::set<std::string> kKeywords = {"type", "properties", "required", "additionalProperties", "items",
                                                    "minItems", "maxItems", "enum", "const"};
+    for (const char* key : {"anyOf", "oneOf"})
+      if (auto it = s.find(key); it != s.end()) return alternatives(s, key, *it, where);
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (!annotations().count(it.key()) && !kKeywords.count(it.key()))
         return Status::errorf("JSON schema keyword '{}' at {} is not supported (supported: type, properties, "
-                              "required, additionalProperties, items, minItems, maxItems, enum, const, $ref)",
+                              "required, additionalProperties, items, minItems, maxItems, enum, const, anyOf, "
+                              "oneOf, $ref)",
                               it.key(), where);
     }
     const int index = static_cast<int>(out_.nodes_.size());
@@ -115,6 +118,14 @@ class SchemaCompiler {
       if (!n.literals.empty()) return Status::errorf("'enum' and 'const' together at {} are not supported", where);
       EMBER_RETURN_IF_ERROR(add_literal(*it, "const"));
     }
+    if (!n.literals.empty() && !s.contains("type")) {  // the types the spellings can have
+      n.types = 0;
+      for (const std::string& lit : n.literals) {
+        const char c = lit[0];
+        n.types |= c == '"' ? SchemaNode::kString : c == 't' || c == 'f' ? SchemaNode::kBoolean
+                   : c == 'n' ? SchemaNode::kNull : SchemaNode::kNumber | SchemaNode::kInteger;
+      }
+    }
     out_.nodes_[static_cast<size_t>(index)] = std::move(n);
     return index;
   }
@@ -125,6 +136,38 @@ class SchemaCompiler {
   }
 
  private:
+  // What a value's first character tells apart: objects, arrays, strings, numbers (integers
+  // among them), booleans, null.
+  static uint8_t first_char_classes(uint8_t types) {
+    return static_cast<uint8_t>((types & ~SchemaNode::kInteger) | (types & SchemaNode::kInteger ? SchemaNode::kNumber : 0));
+  }
+
+  Result<int> alternatives(const Json& s, const char* key, const Json& list, const std::string& where) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() != key && !annotations().count(it.key()))
+        return Status::errorf("'{}' beside '{}' at {} is not supported", it.key(), key, where);
+    }
+    if (!list.is_array() || list.empty()) return Status::errorf("'{}' at {} is not a non-empty array", key, where);
+    const int index = static_cast<int>(out_.nodes_.size());
+    out_.nodes_.emplace_back();
+    SchemaNode n;
+    n.types = 0;
+    uint8_t classes = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto alt = node(list[i], fmt::format("{}.{}[{}]", where, key, i));
+      if (!alt.is_ok()) return alt.status();
+      const uint8_t c = first_char_classes(out_.nodes_[static_cast<size_t>(*alt)].types);
+      if (classes & c)
+        return Status::errorf("'{}' at {}: alternative {} can start with the same character as an earlier one "
+                              "(only alternatives of different types are supported)", key, where, i);
+      classes |= c;
+      n.types |= out_.nodes_[static_cast<size_t>(*alt)].types;
+      n.alts.push_back(*alt);
+    }
+    out_.nodes_[static_cast<size_t>(index)] = std::move(n);
+    return index;
+  }
+
   static constexpr int kMaxNesting = 64;
   static constexpr size_t kMaxNodes = 4096;
 

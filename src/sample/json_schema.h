@@ -3,7 +3,8 @@
 // response_format json_schema), compiled once per request into a table of nodes that
 // JsonMatcher walks beside the bytes. Supported: type (one name or a list), properties,
 // required, additionalProperties (true / false / a schema; absent means any other key),
-// items, minItems, maxItems, enum and const of scalars, $ref to #/$defs/... or
+// items, minItems, maxItems, enum and const of scalars, anyOf / oneOf of alternatives whose
+// types do not overlap (a value's first character picks one), $ref to #/$defs/... or
 // #/definitions/... (recursion included), and the annotations title, description, default,
 // examples, $schema, $id, $comment. Anything else (pattern, format, minimum, anyOf, ...) is
 // refused by name rather than ignored, so a request never gets less checking than it asked for.
@@ -37,6 +38,9 @@ struct SchemaNode {
   int min_items = 0, max_items = INT_MAX;
   // enum / const: each allowed value's compact text (at most 64); empty: no such constraint.
   std::vector<std::string> literals;
+  // anyOf / oneOf: the alternatives, told apart by a value's first character (their types do
+  // not overlap, e.g. pydantic's Optional[X] = anyOf [X, null]); empty: none.
+  std::vector<int> alts;
 };
 
 class JsonSchema {

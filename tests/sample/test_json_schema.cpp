@@ -38,7 +38,13 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})")
                 .find("'minimum' at the root.properties.age"),
             std::string::npos);
-  EXPECT_NE(compile_error(R"({"anyOf": [{"type": "object"}]})").find("'anyOf'"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"allOf": [{"type": "object"}]})").find("'allOf'"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}})")
+                .find("same character"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {"oneOf": [{"enum": ["x"]}, {"type": "string"}]}}})")
+                .find("same character"),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "array"})").find("root must allow an object"), std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {"enum": [[1]]}}})").find("only strings"),
             std::string::npos);
@@ -108,6 +114,22 @@ TEST(JsonSchema, KeysEnumsAndCounts) {
   ASSERT_TRUE(full.feed(R"({"name": "x", "n": 1, "c": null, "l": [true])"));
   EXPECT_FALSE(full.accepts(","));
   EXPECT_TRUE(full.accepts("}"));
+}
+
+TEST(JsonSchema, AlternativesOfDifferentTypes) {
+  // pydantic's Optional[int] and Optional[Model]: anyOf [X, null].
+  auto s = compiled(R"({"$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+                        "type": "object", "properties": {"n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null},
+                        "p": {"oneOf": [{"$ref": "#/$defs/P"}, {"type": "null"}, {"enum": ["none", "all"]}]}}})");
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(matches(*s, R"({"n": 3, "p": {"x": 1}})"));
+  EXPECT_TRUE(matches(*s, R"({"n": null, "p": null})"));
+  EXPECT_TRUE(matches(*s, R"({"p": "all"})"));
+  EXPECT_FALSE(matches(*s, R"({"n": 3.5})"));
+  EXPECT_FALSE(matches(*s, R"({"n": "3"})"));
+  EXPECT_FALSE(matches(*s, R"({"p": {}})"));       // x is required
+  EXPECT_FALSE(matches(*s, R"({"p": "some"})"));
+  EXPECT_FALSE(matches(*s, R"({"p": [1]})"));
 }
 
 TEST(JsonSchema, RecursiveReferences) {
