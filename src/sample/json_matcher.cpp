@@ -81,8 +81,12 @@ bool JsonMatcher::value_starts(uint8_t c) {
     case 'n': need = SchemaNode::kNull; break;
     default: need = SchemaNode::kNumber | SchemaNode::kInteger; break;
   }
-  // anyOf: the first character picks the one alternative of its type.
+  // anyOf: the first character picks the one alternative of its type. (A schema whose
+  // alternatives lead back to themselves, {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}]}}},
+  // would pick forever: a bounded number of picks, then the value is refused.)
+  int picks = 0;
   for (const SchemaNode* a = &schema_->node(value_node_); !a->alts.empty(); a = &schema_->node(value_node_)) {
+    if (++picks > kMaxSchemaDepth) return false;
     size_t i = 0;
     while (i < a->alts.size() && !(schema_->node(a->alts[i]).types & need)) ++i;
     if (i == a->alts.size()) return false;

@@ -130,6 +130,12 @@ TEST(JsonSchema, AlternativesOfDifferentTypes) {
   EXPECT_FALSE(matches(*s, R"({"p": {}})"));       // x is required
   EXPECT_FALSE(matches(*s, R"({"p": "some"})"));
   EXPECT_FALSE(matches(*s, R"({"p": [1]})"));
+  // Alternatives that lead back to themselves compile (JSON Schema allows them) but match no value.
+  auto loop = compiled(R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "type": "object",
+                           "properties": {"k": {"$ref": "#/$defs/a"}}})");
+  ASSERT_TRUE(loop);
+  EXPECT_TRUE(matches(*loop, R"({})"));
+  EXPECT_FALSE(matches(*loop, R"({"k": 1})"));
 }
 
 TEST(JsonSchema, RecursiveReferences) {
