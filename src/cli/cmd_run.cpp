@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 namespace ember {
 
@@ -35,14 +36,10 @@ struct RunOptions {
 
 // --json-schema: the schema's text, or a file that holds it.
 Result<std::shared_ptr<const JsonSchema>> read_json_schema(const std::string& arg) {
-  std::string text = arg;
-  if (std::FILE* f = arg.find('{') == std::string::npos ? std::fopen(arg.c_str(), "rb") : nullptr) {
-    text.clear();
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-    std::fclose(f);
-  }
-  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::ifstream file;
+  if (arg.find('{') == std::string::npos) file.open(arg, std::ios::binary);
+  const auto j = file.is_open() ? nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false)
+                                : nlohmann::json::parse(arg, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::errorf("'{}' is neither valid JSON nor a readable file of it", arg);
   return JsonSchema::compile(j);
 }

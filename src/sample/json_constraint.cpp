@@ -45,20 +45,10 @@ void constrain_to_json(std::span<float> x, const JsonVocab& vocab, const JsonSch
                        std::span<const int32_t> output_ids, std::span<const int32_t> end_ids, bool greedy) {
   JsonMatcher m;
   const bool valid = json_state_of(vocab, schema, output_ids, m);
-  auto is_end = [&](int32_t id) { return std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end(); };
   // A broken prefix (not produced under this constraint) can only end.
-  auto allowed = [&](int32_t id) {
-    if (is_end(id)) return !valid || m.complete();
-    return valid && vocab.allows(m, id);
-  };
-  if (greedy) {
-    for (int i = 0; i < kGreedyTries; ++i) {
-      const int32_t t = argmax(x);
-      if (t < 0) break;
-      if (allowed(t)) return;
-      x[static_cast<size_t>(t)] = kNegInf;
-    }
-  }
+  const bool end_ok = !valid || m.complete();
+  auto in_row = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < x.size(); };
+  auto is_end = [&](int32_t id) { return std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end(); };
   // Most tokens fail on their first byte: judge the 256 first bytes once (a token whose first
   // byte cannot come next is out without a walk over its bytes).
   bool first_ok[256];
@@ -66,18 +56,37 @@ void constrain_to_json(std::span<float> x, const JsonVocab& vocab, const JsonSch
     const char c = static_cast<char>(b);
     first_ok[b] = valid && m.accepts(std::string_view(&c, 1));
   }
-  bool any = false;
+  // Whether a token that is not an end id may come next.
+  auto text_ok = [&](int32_t id) {
+    if (id >= vocab.size() || vocab.bytes(id).empty() || !first_ok[static_cast<uint8_t>(vocab.bytes(id)[0])]) return false;
+    return vocab.allows(m, id);
+  };
+  if (greedy) {
+    for (int i = 0; i < kGreedyTries; ++i) {
+      const int32_t t = argmax(x);
+      if (t < 0) break;
+      if (is_end(t) ? end_ok : text_ok(t)) return;
+      x[static_cast<size_t>(t)] = kNegInf;
+    }
+  }
+  // The end ids are few: set aside, so the pass over the vocabulary never looks them up.
+  std::vector<float> end_logits(end_ids.size(), kNegInf);
+  for (size_t e = 0; e < end_ids.size(); ++e)
+    if (in_row(end_ids[e])) end_logits[e] = x[static_cast<size_t>(end_ids[e])];
+  int64_t n_allowed = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     if (x[i] == kNegInf) continue;
-    const auto id = static_cast<int32_t>(i);
-    const bool first_byte_out = id < vocab.size() && !vocab.bytes(id).empty() &&
-                                !first_ok[static_cast<uint8_t>(vocab.bytes(id)[0])];
-    const bool ok = first_byte_out ? is_end(id) && (!valid || m.complete()) : allowed(id);
-    if (ok) any = true;
+    if (text_ok(static_cast<int32_t>(i))) ++n_allowed;
     else x[i] = kNegInf;
   }
-  if (!any && !end_ids.empty() && end_ids[0] >= 0 && static_cast<size_t>(end_ids[0]) < x.size())
-    x[static_cast<size_t>(end_ids[0])] = 0.0f;
+  for (size_t e = 0; e < end_ids.size(); ++e) {  // (a stop id may have text the pass allowed)
+    if (!in_row(end_ids[e])) continue;
+    float& v = x[static_cast<size_t>(end_ids[e])];
+    n_allowed -= v != kNegInf;
+    v = end_ok ? end_logits[e] : kNegInf;
+    n_allowed += v != kNegInf;
+  }
+  if (n_allowed == 0 && !end_ids.empty() && in_row(end_ids[0])) x[static_cast<size_t>(end_ids[0])] = 0.0f;
 }
 
 }  // namespace ember

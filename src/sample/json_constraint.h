@@ -38,9 +38,9 @@ bool json_state_of(const JsonVocab& vocab, const JsonSchema* schema, std::span<c
 
 // Masks (-inf) the tokens of logits row x (already adjusted: bias, penalties) that cannot
 // continue `output_ids` into one JSON object (matching schema, if not null). end_ids (EOS and
-// the request's stop ids) stay only when the object is complete. Greedy rows stop at the first allowed maximum (the larger
-// ones are masked, the rest left alone: argmax(x) is then that token); other rows get the full
-// mask. If nothing is left, the first end id is allowed, so a request ends rather than picking
+// the request's stop ids) stay only when the object is complete. Greedy rows stop at the first
+// allowed maximum (the larger ones are masked, the rest left alone: argmax(x) is then that
+// token); other rows get the full mask. If nothing is left, the first end id is allowed, so a request ends rather than picking
 // an unconstrained token.
 void constrain_to_json(std::span<float> x, const JsonVocab& vocab, const JsonSchema* schema,
                        std::span<const int32_t> output_ids, std::span<const int32_t> end_ids, bool greedy);

@@ -41,7 +41,7 @@ bool JsonMatcher::after_value() {
 }
 
 bool JsonMatcher::number_end(uint8_t c) {
-  if (tracking_ && !literal_ends()) return false;
+  if (!literal_ends()) return false;
   tracking_ = false;
   after_value();
   return step(c);
@@ -117,6 +117,7 @@ bool JsonMatcher::key_starts() {
 }
 
 bool JsonMatcher::track(uint8_t c) {
+  if (!tracking_) return true;
   const bool key = tracking_key_;
   const SchemaNode& n = key ? *top_node() : schema_->node(value_node_);
   const auto& words = key ? n.names : n.literals;
@@ -130,6 +131,7 @@ bool JsonMatcher::track(uint8_t c) {
 }
 
 bool JsonMatcher::literal_ends() const {
+  if (!tracking_) return true;
   const SchemaNode& n = schema_->node(value_node_);
   for (uint64_t m = cand_; m != 0; m &= m - 1)
     if (n.literals[static_cast<size_t>(__builtin_ctzll(m))].size() == lit_len_) return true;
@@ -225,21 +227,21 @@ bool JsonMatcher::step(uint8_t c) {
       if (utf8_need_ > 0) {
         if ((c & 0xC0) != 0x80) return false;
         --utf8_need_;
-        return !tracking_ || track(c);
+        return track(c);
       }
       if (c == '"') {
         if (key_string_) {
-          if (tracking_ && !key_ends()) return false;
+          if (!key_ends()) return false;
           state_ = State::kColon;
           return true;
         }
-        if (tracking_ && !(track(c) && literal_ends())) return false;
+        if (!(track(c) && literal_ends())) return false;
         tracking_ = false;
         return after_value();
       }
       if (c == '\\') {
         state_ = State::kEscape;
-        return !tracking_ || track(c);
+        return track(c);
       }
       if (c < 0x20) return false;
       if (c >= 0x80) {
@@ -248,7 +250,7 @@ bool JsonMatcher::step(uint8_t c) {
         else if (c >= 0xF0 && c <= 0xF4) utf8_need_ = 3;
         else return false;
       }
-      return !tracking_ || track(c);
+      return track(c);
     case State::kEscape:
       switch (c) {
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
@@ -260,17 +262,17 @@ bool JsonMatcher::step(uint8_t c) {
           break;
         default: return false;
       }
-      return !tracking_ || track(c);
+      return track(c);
     case State::kUnicode:
       if (!is_hex(c)) return false;
       if (--hex_left_ == 0) state_ = State::kString;
-      return !tracking_ || track(c);
+      return track(c);
     case State::kLiteral: {
       const std::string_view lit = kLiterals[literal_];
       if (static_cast<uint8_t>(lit[literal_pos_]) != c) return false;
-      if (tracking_ && !track(c)) return false;
+      if (!track(c)) return false;
       if (++literal_pos_ == lit.size()) {
-        if (tracking_ && !literal_ends()) return false;
+        if (!literal_ends()) return false;
         tracking_ = false;
         return after_value();
       }
@@ -280,39 +282,39 @@ bool JsonMatcher::step(uint8_t c) {
       if (c == '0') state_ = State::kNumZero;
       else if (c >= '1' && c <= '9') state_ = State::kNumInt;
       else return false;
-      return !tracking_ || track(c);
+      return track(c);
     case State::kNumZero:
     case State::kNumInt:
-      if (state_ == State::kNumInt && is_digit(c)) return !tracking_ || track(c);
+      if (state_ == State::kNumInt && is_digit(c)) return track(c);
       if (c == '.' || c == 'e' || c == 'E') {
         if (!number_char_ok(c)) return false;
         state_ = c == '.' ? State::kNumDot : State::kNumExp;
-        return !tracking_ || track(c);
+        return track(c);
       }
       return number_end(c);
     case State::kNumDot:
       if (!is_digit(c)) return false;
       state_ = State::kNumFrac;
-      return !tracking_ || track(c);
+      return track(c);
     case State::kNumFrac:
-      if (is_digit(c)) return !tracking_ || track(c);
+      if (is_digit(c)) return track(c);
       if (c == 'e' || c == 'E') {
         state_ = State::kNumExp;
-        return !tracking_ || track(c);
+        return track(c);
       }
       return number_end(c);
     case State::kNumExp:
       if (c == '+' || c == '-') {
         state_ = State::kNumExpSign;
-        return !tracking_ || track(c);
+        return track(c);
       }
       [[fallthrough]];
     case State::kNumExpSign:
       if (!is_digit(c)) return false;
       state_ = State::kNumExpDigits;
-      return !tracking_ || track(c);
+      return track(c);
     case State::kNumExpDigits:
-      if (is_digit(c)) return !tracking_ || track(c);
+      if (is_digit(c)) return track(c);
       return number_end(c);
     case State::kDone:
       return false;

@@ -92,8 +92,8 @@ class JsonMatcher {
   bool key_ends();                // its closing quote: which property (or another key) it is
   bool may_close() const;         // required keys / minItems there
   bool may_continue() const;      // ',': another key or item may come
-  bool track(uint8_t c);          // a byte of a tracked key or enum value
-  bool literal_ends() const;      // an enum value ends here: one spelling matched whole
+  bool track(uint8_t c);          // a byte of a tracked key or enum value (true when untracked)
+  bool literal_ends() const;      // a tracked enum value ends here: one spelling matched whole
   bool number_char_ok(uint8_t c) const {  // integers take no fraction or exponent
     return !integer_only_ || (c != '.' && c != 'e' && c != 'E');
   }
