@@ -978,6 +978,48 @@ TEST(CudaModel, QuantizedWeightsNearBf16) {
   EXPECT_FALSE(ModelRunner::load(kFixtures + "/llama3/hf-bf16", o).is_ok());
 }
 
+// Batch-1 decode with packed weights puts the rope and the K/V store into the q/k/v GEMV's
+// epilogue (QGemvRope) and, where the decode attention has one block a kv head (the 8B shapes),
+// copies earlier tokens' K/V before that attention's wait. Against the same model with
+// EMBER_CUDA_GEMV_ROPE=0 (the rope and store in the attention's prologue or a launch of their
+// own): the same logits to rounding, and the epilogue ran (counted by the backend) on models
+// without q/k norms whose head_dim is a multiple of 16 (llama2: 16 x 4 heads, mistral: GQA 4 / 2,
+// the 8B shapes: 128 x 32 / 8), and not on the others.
+TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::pair<std::string, bool>> models = {{kFixtures + "/llama2/hf", true},
+                                                      {kFixtures + "/mistral/hf", true},
+                                                      {kFixtures + "/llama3/hf-bf16", false},   // head_dim 8
+                                                      {kFixtures + "/qwen3/hf", false}};        // q/k norms
+  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) models.push_back({dir, true});
+  for (const auto& [path, fused] : models) {
+    if (!std::ifstream(path + "/config.json")) continue;
+    for (const char* format : {"int4", "fp8", "int8"}) {
+      const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
+      auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+      setenv("EMBER_CUDA_GEMV_ROPE", "0", 1);
+      auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+      unsetenv("EMBER_CUDA_GEMV_ROPE");
+      ASSERT_TRUE(a && b) << path;
+      const int vocab = a->vocab_size();
+      const auto prompt = random_prompts(vocab, 23, 1, n_prompt, 0);
+      Seqs sa(16, bpb, 1), sb(16, bpb, 1);
+      std::vector<float> la, lb;
+      ASSERT_TRUE(sa.step(*a, prompt, false, la).is_ok());
+      ASSERT_TRUE(sb.step(*b, prompt, false, lb).is_ok());
+      for (int j = 0; j < n_decode; ++j) {
+        const int32_t next = argmax(lb.data(), vocab);
+        ASSERT_TRUE(sa.step(*a, {{next}}, false, la).is_ok());
+        ASSERT_TRUE(sb.step(*b, {{next}}, false, lb).is_ok());
+        EXPECT_LE(rel_error(la.data(), lb.data(), vocab), 1e-5) << path << " " << format << " decode " << j;
+      }
+      const uint64_t ran = cuda_step(a->backend())->gemv_rope_launches();
+      EXPECT_EQ(ran > 0, fused) << path << " " << format << ": " << ran << " launches with the epilogue";
+      EXPECT_EQ(cuda_step(b->backend())->gemv_rope_launches(), 0u) << path << " " << format;
+    }
+  }
+}
+
 TEST(CudaModel, QuantizedWeightsLargeShapes) {
   SKIP_WITHOUT_GPU();
   const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");

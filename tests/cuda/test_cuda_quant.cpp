@@ -9,11 +9,13 @@
 #include "backend/cuda/qgemm_wg.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/qgemv_wg.cuh"
+#include "backend/cuda/rows.cuh"
 #include "cuda_test_util.h"
 #include "quant/fp8.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -1012,6 +1014,141 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
       }
     }
   }
+}
+
+// The q/k/v GEMV's rope + K/V store epilogue (QGemvRope) against the same GEMV without it followed
+// by launch_rope_kv_store (the rope + store as the backend launches them apart; the attention's
+// prologue computes the same): int4 / fp8 / int8, head dims 64 and 128, GQA groups 1 and 4, biases
+// on q and v, BF16 and F16 caches, a position past 2^11, a scaling factor, a slot of -1 (nothing
+// stored), the norm folded (the one-row path that takes the epilogue). The epilogue's tiles hold
+// rows 8j.. and D/2 + 8j.. of a head, each row's sum is the plain kernel's, so q, k, v (F32) agree
+// to the rope's rounding and the caches (poisoned before) to one unit in the last place, with
+// every slot but the step's left as it was.
+TEST(CudaQuant, GemvRopeEpilogueEqualsRopeKernel) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int hd, hq, hk;
+    int64_t k;
+    int32_t pos, slot;
+    float factor;
+    bool bf16;
+  };
+  const Case cases[] = {{128, 8, 2, 1032, 37, 5, 1.0f, true},
+                        {64, 6, 6, 392, 2051, -1, 0.75f, false},
+                        {128, 32, 8, 4096, 300, 11, 1.0f, true},
+                        {64, 4, 1, 264, 5, 0, 1.0f, false}};
+  constexpr int kSlots = 16;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    for (const Case& c : cases) {
+      const int64_t mq = int64_t{c.hq} * c.hd, mkv = int64_t{c.hk} * c.hd;
+      const std::string where = std::string(f) + " hd " + std::to_string(c.hd) + " heads " + std::to_string(c.hq) +
+                                "/" + std::to_string(c.hk) + " k " + std::to_string(c.k);
+      Packed wq = make_packed(f, mq, c.k, 61), wk = make_packed(f, mkv, c.k, 62), wv = make_packed(f, mkv, c.k, 63);
+      const auto xs = random_floats(static_cast<size_t>(c.k), 64), nws = random_floats(static_cast<size_t>(c.k), 65, 0.5f, 1.5f);
+      const auto bq = random_floats(static_cast<size_t>(mq), 66), bv = random_floats(static_cast<size_t>(mkv), 67);
+      auto x = dev_floats(xs, {1, c.k});
+      auto nw = dev_floats(nws, {c.k});
+      auto dbq = dev_floats(bq, {mq}), dbv = dev_floats(bv, {mkv});
+      std::vector<float> freq(static_cast<size_t>(c.hd / 2));
+      for (int i = 0; i < c.hd / 2; ++i) freq[static_cast<size_t>(i)] = std::pow(500000.0f, -2.0f * i / c.hd);
+      auto dfreq = dev_floats(freq, {c.hd / 2});
+      auto ints = dev_tensor(DType::I32, {2});
+      const int32_t host_ints[2] = {c.pos, c.slot};
+      backend()->upload(ints.t.data, host_ints, sizeof(host_ints));
+      const auto* dpos = static_cast<const int32_t*>(ints.t.data);
+      const DType ct = c.bf16 ? DType::BF16 : DType::F16;
+      struct Side {
+        DevTensor q, k, v, xo, kc, vc;
+      };
+      auto side = [&] {
+        return Side{dev_floats(std::vector<float>(static_cast<size_t>(mq), nan), {1, mq}),
+                    dev_floats(std::vector<float>(static_cast<size_t>(mkv), nan), {1, mkv}),
+                    dev_floats(std::vector<float>(static_cast<size_t>(mkv), nan), {1, mkv}),
+                    dev_floats(std::vector<float>(static_cast<size_t>(c.k), nan), {1, c.k}),
+                    dev_tensor(ct, {kSlots, c.hk, c.hd}), dev_tensor(ct, {kSlots, c.hk, c.hd})};
+      };
+      Side ref = side(), got = side();
+      auto segs_of = [&](Side& sd, cuda::QGemvSeg (&g)[3]) {
+        g[0] = cuda::QGemvSeg{wq.t.data, static_cast<const float*>(dbq.t.data), static_cast<float*>(sd.q.t.data), mq, false};
+        g[1] = cuda::QGemvSeg{wk.t.data, nullptr, static_cast<float*>(sd.k.t.data), mkv, false};
+        g[2] = cuda::QGemvSeg{wv.t.data, static_cast<const float*>(dbv.t.data), static_cast<float*>(sd.v.t.data), mkv, false};
+      };
+      const auto* xp = static_cast<const float*>(x.t.data);
+      cuda::QGemvSeg rs[3], gs[3];
+      segs_of(ref, rs);
+      segs_of(got, gs);
+      const cuda::XNorm rn{nw.t.data, false, 1e-5f, static_cast<float*>(ref.xo.t.data)};
+      const cuda::XNorm gn{nw.t.data, false, 1e-5f, static_cast<float*>(got.xo.t.data)};
+      ASSERT_TRUE(cuda::qgemv_rope_takes(qf, gs, 3, 1, c.k, xp, &gn, c.hd)) << where;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cuda::launch_qgemv_multi(qf, rs, 3, xp, 1, c.k, false, nullptr, cuda::QGemvPath::Auto, &rn), cudaSuccess)
+          << where;
+      cuda::RopeKvStoreArgs a;
+      a.q = static_cast<float*>(ref.q.t.data);
+      a.hq = c.hq;
+      a.k = static_cast<float*>(ref.k.t.data);
+      a.v = static_cast<const float*>(ref.v.t.data);
+      a.hk = c.hk;
+      a.positions = dpos;
+      a.inv_freq = static_cast<const float*>(dfreq.t.data);
+      a.slots = dpos + 1;
+      a.n = 1;
+      a.head_dim = c.hd;
+      a.neox = true;
+      a.factor = c.factor;
+      a.k_cache = ref.kc.t.data;
+      a.v_cache = ref.vc.t.data;
+      a.cache_type = ct;
+      ASSERT_EQ(cuda::launch_rope_kv_store(a, nullptr), cudaSuccess) << where;
+      const cuda::QGemvRope rope{dpos, static_cast<const float*>(dfreq.t.data), dpos + 1, c.factor, c.hd,
+                                 got.kc.t.data, got.vc.t.data, c.bf16};
+      ASSERT_EQ(cuda::launch_qgemv_multi(qf, gs, 3, xp, 1, c.k, false, nullptr, cuda::QGemvPath::Auto, &gn, 0, &rope),
+                cudaSuccess)
+          << where;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+      for (auto [name, r, g] : {std::tuple{"q", &ref.q, &got.q}, {"k", &ref.k, &got.k}, {"v", &ref.v, &got.v}}) {
+        const auto rv = download_floats(r->t), gv = download_floats(g->t);
+        EXPECT_LE(rel(gv, std::vector<double>(rv.begin(), rv.end())), 1e-6) << where << " " << name;
+      }
+      EXPECT_EQ(download_floats(got.xo.t), download_floats(ref.xo.t)) << where << " normalized x";
+      const size_t row = static_cast<size_t>(mkv);
+      for (auto [name, r, g] : {std::tuple{"k cache", &ref.kc, &got.kc}, {"v cache", &ref.vc, &got.vc}}) {
+        std::vector<uint16_t> rb(static_cast<size_t>(r->t.numel())), gb(rb.size());
+        backend()->download(rb.data(), r->t.data, rb.size() * 2);
+        backend()->download(gb.data(), g->t.data, gb.size() * 2);
+        int far = 0, kept = 0, stored = 0;
+        for (size_t i = 0; i < rb.size(); ++i) {
+          const bool in_slot = c.slot >= 0 && i / row == static_cast<size_t>(c.slot);
+          far += std::abs(int(rb[i]) - int(gb[i])) > 1;
+          if (in_slot) stored += gb[i] != 0xffff;
+          else kept += gb[i] == 0xffff;
+        }
+        EXPECT_EQ(far, 0) << where << " " << name;
+        EXPECT_EQ(stored, c.slot >= 0 ? static_cast<int>(row) : 0) << where << " " << name;
+        EXPECT_EQ(kept, static_cast<int>(rb.size() - (c.slot >= 0 ? row : 0))) << where << " " << name;
+      }
+    }
+  }
+  // What it does not take: more than one row, head dims not a multiple of 16, k past one round of
+  // the one-row staging, no folded norm, other than three segments.
+  Packed w = make_packed("int4", 256, 8192, 70);
+  auto x = dev_floats(random_floats(8192 * 2, 71), {2, 8192});
+  auto nw = dev_floats(random_floats(8192, 72), {8192});
+  auto o = dev_tensor(DType::F32, {2, 256});
+  const cuda::QGemvSeg s3[3] = {{w.t.data, nullptr, static_cast<float*>(o.t.data), 128, false},
+                                {w.t.data, nullptr, static_cast<float*>(o.t.data), 64, false},
+                                {w.t.data, nullptr, static_cast<float*>(o.t.data), 64, false}};
+  auto xo = dev_tensor(DType::F32, {2, 8192});
+  const cuda::XNorm nm{nw.t.data, false, 1e-5f, static_cast<float*>(xo.t.data)};
+  const auto* xp = static_cast<const float*>(x.t.data);
+  EXPECT_TRUE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 1, 4096, xp, &nm, 64));  // (the control)
+  EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 2, 4096, xp, &nm, 64));
+  EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 1, 4096, xp, &nm, 24));
+  EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 1, 8192, xp, &nm, 64));
+  EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 1, 4096, xp, nullptr, 64));
+  EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 2, 1, 4096, xp, &nm, 64));
 }
 
 // The FP8 GEMV on wgmma (W8A8, qgemv_wg.cuh) against a double product of the decoded weights

@@ -77,8 +77,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   // from the rope's registers measured slower: 473.)
   constexpr bool kMayRope = kDecode && !kIsFp8;
   const bool rope = kMayRope && a.rope.active;  // (block-uniform)
+  const bool early = rope || (kMayRope && a.early_tiles);  // tiles of earlier tokens before the wait
   if constexpr (kDecode) EMBER_PROBE_MARK(2, 0, blockIdx.y, blockIdx.x, blockIdx.z);
-  pdl_enter_or_defer(rope, kDecode && a.pdl_release_early);
+  pdl_enter_or_defer(early, kDecode && a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
   if (!attn_span<kDecode, kRows>(L, sp)) return;
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   int first_st = 0;
   bool ids_early = false;  // the block ids of stage first_st are loaded
   if constexpr (kMayRope) {
-    if (rope) {
+    if (early) {
       for (; first_st < kStages - 1 && first_st < n_tiles && t_begin + (first_st + 1) * kTileKeys <= pos_base;
            ++first_st) {
         load_ids();
@@ -190,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
       if (ids_early) load_ids();
       pdl_finish_deferred(a.pdl_release_early);
       EMBER_PROBE_MARK(2, 1, first_st, blockIdx.x, blockIdx.z);
-      decode_rope_store<T, D>(a, q0, n_rows, G, kh);
+      if (rope) decode_rope_store<T, D>(a, q0, n_rows, G, kh);
       EMBER_PROBE_MARK(2, 2, n_tiles, blockIdx.x, blockIdx.z);
     }
   }
@@ -638,7 +639,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   }
   int stages;
   plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len, &stages);
-  if (a.rope.active && !attention_decode_takes_rope(a, num_sms)) return cudaErrorInvalidValue;
+  if ((a.rope.active || a.early_tiles) && !attention_decode_takes_rope(a, num_sms)) return cudaErrorInvalidValue;
   if (L.splits > 1 && !use_split_workspace(L, workspace, workspace_bytes, num_sms, kind)) return cudaErrorInvalidValue;
   const cudaError_t e = launch_mma_any(L, true, kDecodeWarps, stages, split_grid(L), stream);
   return e != cudaSuccess ? e : merge_splits(L, stream);

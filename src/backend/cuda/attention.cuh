@@ -100,6 +100,11 @@ struct PagedAttnArgs {
   bool decode_keys_as_m = true;
   // Decode: RoPE + K/V store first (q, the rope's q, is then rotated in place).
   DecodeRopeArgs rope;
+  // Decode without rope: this step's new keys and values were stored, and q rotated, by the
+  // kernel just before (the q/k/v GEMV's rope epilogue, QGemvRope), so the K/V tiles of earlier
+  // tokens are copied before the PDL wait, as with rope (only where rope could be taken:
+  // attention_decode_takes_rope).
+  bool early_tiles = false;
 };
 
 // K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales; I8 only with its

@@ -108,6 +108,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
   if (const char* v = std::getenv("EMBER_CUDA_PDL_EARLY")) be->pdl_early_ = std::atoi(v);
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
+  be->gemv_rope_ = switched_on("EMBER_CUDA_GEMV_ROPE");
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
   be->longest_first_ = switched_on("EMBER_CUDA_LONGEST_FIRST");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
@@ -889,7 +890,15 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
     pr_.n_heads2 = n_heads;
     return;
   }
-  flush();
+  // q's rope right after a packed q/k/v GEMV of one row stays pending beside that GEMV (both
+  // are launched in order by the next flush), so that kv_store may put the rope and the store
+  // into the GEMV's epilogue: only with the positions in the step metadata and the frequencies
+  // in device memory, which need no upload (one would go ahead of the pending GEMV).
+  const bool beside_gemv = fuse_ && gemv_rope_ && pg_.count == 3 && pg_.wtype != DType::BF16 && pg_.n == 1 &&
+                           n == 1 && pg_.segs[0].out == x.as<float>() && !pr_.active && !prs_active_ &&
+                           !pgm_.active && !pa_.active && !pn_.active && !pgl_.active &&
+                           lookup(positions, sizeof(int32_t)) != nullptr && on_device(p.inv_freq);
+  if (!beside_gemv) flush();
   if (n == 0) return;
   // inv_freq is backend memory when the model uploaded it, host memory otherwise.
   MetaRef pos{positions, sizeof(int32_t) * static_cast<size_t>(n)};
@@ -939,6 +948,16 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
                          kv.k.dim(3) == pr_.head_dim && kv.k.dim(2) == pr_.n_heads2 && n > 0 &&
                          (lookup(slots, slot_bytes) != nullptr ||
                           (pr_.positions_in_step && pr_.inv_freq == pr_.host_inv_freq));
+  const int32_t* slots_in_step = static_cast<const int32_t*>(lookup(slots, slot_bytes));
+  if (fuse_rope && gemv_takes_rope(kv, k.as<float>(), v.as<float>(), n, slots_in_step)) {
+    pg_.rope = QGemvRope{pr_.positions, pr_.inv_freq, slots_in_step, pr_.factor, pr_.head_dim,
+                         kv.k.data, kv.v.data, kv.k.dtype == DType::BF16};
+    pr_.active = false;
+    flush();  // the GEMV, with the rope and the store
+    roped_ = GemvRoped{true, pg_.segs[0].out, kv.k.data, kv.v.data};
+    ++gemv_rope_launches_;
+    return;
+  }
   if (fuse_rope) pr_.active = false;  // launched below, with the store
   flush();
   if (n == 0) return;
@@ -988,6 +1007,24 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
                                     stream_, /*pdl=*/true));
 }
 
+bool CudaBackend::gemv_takes_rope(const KvLayer& kv, const float* k, const float* v, int64_t n,
+                                  const int32_t* slots_dev) const {
+  if (!gemv_rope_ || !pr_.active || pg_.count != 3 || pg_.wtype == DType::BF16 || n != 1 || pg_.n != 1) return false;
+  if (pg_.segs[0].out != pr_.x || pg_.segs[1].out != pr_.x2 || pr_.x2 != k || pg_.segs[2].out != v) return false;
+  if (!slots_dev || !pr_.positions_in_step || pr_.inv_freq != pr_.host_inv_freq || !pr_.neox ||
+      pr_.rotary_dim != pr_.head_dim)
+    return false;
+  if (!(kv.k.dtype == DType::BF16 || kv.k.dtype == DType::F16) || kv.k_scales || kv.v_scales) return false;
+  const int64_t kv_row = kv.k.dim(2) * kv.k.dim(3);
+  if (kv.k.dim(3) != pr_.head_dim || pg_.segs[1].m != kv_row || pg_.segs[2].m != kv_row ||
+      pg_.segs[0].m != static_cast<int64_t>(pr_.n_heads) * pr_.head_dim)
+    return false;
+  QGemvSeg segs[3];
+  for (int s = 0; s < 3; ++s)
+    segs[s] = QGemvSeg{pg_.segs[s].w, pg_.segs[s].bias, pg_.segs[s].out, pg_.segs[s].m, pg_.accumulate[s]};
+  return qgemv_rope_takes(qformat_of(pg_.wtype), segs, 3, pg_.n, pg_.k, pg_.input(), &pg_.norm, pr_.head_dim);
+}
+
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
                             const AttentionParams& p, Tensor& out) {
   // The rope + K/V store kv_store held back for this attention (q and the cache its own), if
@@ -997,6 +1034,9 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
                          prs_.v_cache == kv.v.data && prs_.head_dim == p.head_dim &&
                          prs_.n * p.n_heads * p.head_dim == q.numel();
   if (held_rope) prs_active_ = false;
+  // The q/k/v GEMV before rotated q and stored this step's K/V (QGemvRope), if no op came since.
+  const bool gemv_roped = roped_.active && !others_pending && !held_rope && roped_.q == q.data &&
+                          roped_.k_cache == kv.k.data && roped_.v_cache == kv.v.data;
   flush();
   require(q, DType::F32, "attention q");
   require(out, DType::F32, "attention out");
@@ -1098,24 +1138,28 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   if (longest_first_ && id_dev[0] == iota_ && n_dec >= 2 && n_dec <= static_cast<size_t>(kMaxLongestFirst) &&
       static_cast<int64_t>(n_dec) * p.n_kv_heads > num_sms_ && attention_decode_keys_as_m(group_args(0)))
     id_dev[0] = longest_first_order(a.seq_lens, batch.seq_lens, static_cast<int>(n_dec));
+  // The decode kernel does the rope and the store when it is the only launch and runs one
+  // block per (sequence, kv head), in launches of at most kFewRopeBlocks blocks (measured at
+  // batch 1 on an H200, one call, A/B twice: int4 380.3 / 381.6 vs 379.0 / 378.9 tok/s, fp8
+  // 302.3 vs 301.3, bf16 level; large decode batches are not measured yet, so they keep the
+  // separate launch); otherwise the rope and the store go first, on their own. The same launches
+  // copy earlier tokens' K/V before their wait after a GEMV that did the rope (gemv_roped).
+  constexpr int kFewRopeBlocks = 32;
+  const bool few = static_cast<int64_t>(ids[0].size()) * p.n_kv_heads <= kFewRopeBlocks;
+  // (The fused kernels read the sequence ids before their PDL wait, so those must be step
+  // metadata or iota_, never the longest-first order a kernel of this step writes; launches
+  // of so few blocks never take that order anyway.)
+  const bool ids_are_metadata = id_dev[0] != order_;
+  const bool decode_alone = few && ids_are_metadata && ids[1].empty() && !ids[0].empty() &&
+                            (held_rope || gemv_roped) && attention_decode_takes_rope(group_args(0), num_sms_);
   if (held_rope) {
-    // The decode kernel does the rope and the store when it is the only launch and runs one
-    // block per (sequence, kv head), in launches of at most kFewRopeBlocks blocks (measured at
-    // batch 1 on an H200, one call, A/B twice: int4 380.3 / 381.6 vs 379.0 / 378.9 tok/s, fp8
-    // 302.3 vs 301.3, bf16 level; large decode batches are not measured yet, so they keep the
-    // separate launch); otherwise the rope and the store go first, on their own.
-    constexpr int kFewRopeBlocks = 32;
-    const bool few = static_cast<int64_t>(ids[0].size()) * p.n_kv_heads <= kFewRopeBlocks;
-    // (The fused kernels read the sequence ids before their PDL wait, so those must be step
-    // metadata or iota_, never the longest-first order a kernel of this step writes; launches
-    // of so few blocks never take that order anyway.)
-    const bool ids_are_metadata = id_dev[0] != order_;
-    if (few && ids_are_metadata && ids[1].empty() && !ids[0].empty() &&
-        attention_decode_takes_rope(group_args(0), num_sms_)) {
+    if (decode_alone) {
       a.rope = DecodeRopeArgs{true, prs_.k, prs_.v, prs_.positions, prs_.inv_freq, prs_.slots, prs_.neox, prs_.factor};
     } else {
       EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
     }
+  } else if (decode_alone) {
+    a.early_tiles = true;
   }
   for (int c = 0; c < 2; ++c) {
     if (ids[c].empty()) continue;

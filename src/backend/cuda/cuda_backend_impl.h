@@ -10,7 +10,9 @@
 //     (q/k/v; gate/up), and gate/up followed by glu(gate, up): one GEMV with the GLU epilogue;
 //   - add(a, b, out) followed by rms_norm(out, ...): one residual-add + norm kernel;
 //   - rope(q) followed by rope(k) with the same positions and parameters, and then
-//     kv_store(k, v): one launch that rotates q and k and writes the cache;
+//     kv_store(k, v): one launch that rotates q and k and writes the cache; where q, k, v come
+//     from a packed q/k/v GEMV of one row, that GEMV's epilogue does it (QGemvRope), and the
+//     decode attention after it copies earlier tokens' K/V before its PDL wait;
 //   - (add +) rms_norm or glu of more rows than the GEMV takes, followed by GEMMs of their
 //     output (FP8 or BF16 weights): the norm / GLU kernel also writes the e4m3 or BF16 rows the
 //     GEMMs read, and only those when the output was hinted read-once (hint_read_once): no F32
@@ -35,7 +37,8 @@
 // (qgemv_staged.cu, XStage); EMBER_CUDA_QGEMV_R4=0 its 8-unit ring for one-row int4 GEMVs at
 // k <= 4096 (2: only those with the norm folded, 3: only those without);
 // EMBER_CUDA_QGEMV_R4B=0 the 8-unit ring for fp8 / int8 q/k/v at one row (1, 3, 4: the 4-unit
-// ring for more of their one-row GEMVs). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
+// ring for more of their one-row GEMVs). EMBER_CUDA_GEMV_ROPE=0 keeps the rope + K/V store out
+// of the packed q/k/v GEMV (its own launch, or the attention's prologue). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
 // NCCL too instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
@@ -116,6 +119,7 @@ class CudaBackend final : public Backend, public CudaStep {
   bool launch_graph(uint64_t key) override;
   void drop_graphs() override;
   size_t num_graphs() const override { return graphs_.size(); }
+  uint64_t gemv_rope_launches() const override { return gemv_rope_launches_; }
   Result<GpuMemoryInfo> memory_info() override;
   void make_current() override { cudaSetDevice(device_); }
   Status set_weight_format(const std::string& name) override;
@@ -172,6 +176,9 @@ class CudaBackend final : public Backend, public CudaStep {
     XNorm norm;
     const float* x_raw = nullptr;
     const float* input() const { return norm.w ? x_raw : x; }
+    // The rope + K/V store of q, k, v (segments 0..2) in the GEMV's epilogue (kv_store sets it
+    // where qgemv_rope_takes; head_dim 0: none).
+    QGemvRope rope;
   };
   // Whether the GEMV of pg_ (about to start on x [n, k] with weights of wtype) can fold the
   // pending norm pn_ in.
@@ -427,6 +434,22 @@ class CudaBackend final : public Backend, public CudaStep {
   // whose decode kernel may do it (attention_decode_takes_rope); any other op launches it.
   RopeKvStoreArgs prs_;
   bool prs_active_ = false;
+  // The q/k/v GEMV just launched with the rope + K/V store epilogue (QGemvRope) for this q and
+  // cache: the attention that follows copies earlier tokens' K/V before its PDL wait
+  // (PagedAttnArgs::early_tiles). Any flush clears it.
+  struct GemvRoped {
+    bool active = false;
+    const void* q = nullptr;
+    const void* k_cache = nullptr;
+    const void* v_cache = nullptr;
+  };
+  GemvRoped roped_;
+  uint64_t gemv_rope_launches_ = 0;
+  // EMBER_CUDA_GEMV_ROPE=0: the rope + K/V store stays out of the packed q/k/v GEMV (A/B runs).
+  bool gemv_rope_ = true;
+  // Whether kv_store can hand pr_ (q's and k's rope) and the store of k, v into cache kv at
+  // slots (device) to the pending q/k/v GEMV pg_.
+  bool gemv_takes_rope(const KvLayer& kv, const float* k, const float* v, int64_t n, const int32_t* slots_dev) const;
   PendingNorm pn_;
   PendingGlu pgl_;
 };

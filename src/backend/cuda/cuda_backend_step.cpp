@@ -157,6 +157,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
     pg_.wtype = w.dtype;
     pg_.norm = norm;
     pg_.x_raw = x_raw;
+    pg_.rope = QGemvRope{};
   }
   GemvSeg& seg = pg_.segs[pg_.count++];
   seg.w = w.data;
@@ -168,6 +169,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
 }
 
 void CudaBackend::flush() {
+  roped_.active = false;
   if (prs_active_) {  // (the oldest pending op: kv_store flushed everything before it)
     prs_active_ = false;
     EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
@@ -185,8 +187,11 @@ void CudaBackend::flush() {
         const GemvSeg& g = pg_.segs[s];
         q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
       }
+      const QGemvRope rope = pg_.rope;
+      pg_.rope = QGemvRope{};
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
-                                          stream_, QGemvPath::Auto, &pg_.norm));
+                                          stream_, QGemvPath::Auto, &pg_.norm, 0,
+                                          rope.head_dim > 0 ? &rope : nullptr));
     } else {
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;

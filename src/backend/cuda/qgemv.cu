@@ -332,11 +332,45 @@ bool qgemv_supported(int n, int64_t k, const void* x) {
   return n >= 1 && n <= kQGemvMaxBatch && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
+bool qgemv_rope_takes(QFormat f, const QGemvSeg* segs, int n_segs, int n, int64_t k, const void* x,
+                      const XNorm* norm, int head_dim) {
+  if (n_segs != 3 || n != 1 || head_dim <= 0 || head_dim % 16 != 0 || !qgemv_supported(n, k, x)) return false;
+  for (int s = 0; s < 3; ++s)
+    if (segs[s].m <= 0 || segs[s].m % head_dim != 0 || segs[s].accumulate) return false;
+  if (segs[1].m != segs[2].m) return false;
+  const bool folded = norm && norm->w;
+  if (folded && !qgemv_takes_norm(f, n, k, x, norm, QGemvPath::Auto)) return false;
+  const int64_t rows = segs[0].m + segs[1].m + segs[2].m;
+  if (use_fp8_wg(QGemvPath::Auto, f, n, k, 0, qgemv_wg_kind(false, rows, folded))) return false;
+  return use_staged(QGemvPath::Auto, f, n, k, false, folded) && qgemv_staged_rope_path(f, n, k, folded);
+}
+
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                               int cluster) {
+                               int cluster, const QGemvRope* rope) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
+  if (rope && rope->head_dim > 0) {
+    if (path != QGemvPath::Auto || cluster > 1 ||
+        !qgemv_rope_takes(f, segs, n_segs, n, k, x, norm, rope->head_dim))
+      return cudaErrorInvalidValue;
+    QArgs A = base_args(f, x, n, k);
+    int tiles = 0;
+    for (int s = 0; s < 3; ++s) {
+      A.w[s] = static_cast<const uint8_t*>(segs[s].w);
+      A.scales[s] = scales_of(f, segs[s].w, segs[s].m, k);
+      A.bias[s] = segs[s].bias;
+      A.out[s] = segs[s].out;
+      A.m[s] = segs[s].m;
+      tiles += static_cast<int>(segs[s].m / 16);
+      A.tile_end[s] = tiles;
+    }
+    A.n_segs = 3;
+    A.n_tiles = tiles;
+    if (norm) A.norm = *norm;
+    A.cluster = 1;
+    return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, rope);
+  }
   QArgs A = base_args(f, x, n, k);
   int tiles = 0, used = 0;
   for (int s = 0; s < n_segs; ++s) {

@@ -93,6 +93,14 @@ struct SArgs : QGemvProblem {
   int units_local = 0;
 };
 
+// The rope epilogue's kernels (kRope) take the rope's arguments too; the others keep SArgs alone
+// (launch arguments a kernel does not use have cost batch-1 speed before: session 29).
+struct SArgsRope : SArgs {
+  QGemvRope rope;
+};
+template <bool kRope>
+using KernelArgs = std::conditional_t<kRope, SArgsRope, SArgs>;
+
 // How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
 // Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
 // at one batch row and k <= 4096, no cluster: stage_x_norm_one).
@@ -255,18 +263,48 @@ struct TileOut {
   int col;
   bool inside;
 };
-template <bool kGlu>
-__device__ __forceinline__ TileOut tile_out(const SArgs& A, int tile, int64_t red_row, int red_col) {
+// The rope epilogue's q / k / v GEMV (kRope, segments 0 q, 1 k, 2 v): which segment a tile is in.
+__device__ __forceinline__ int seg_index(const SArgs& A, int tile) {
+  return tile < A.tile_end[0] ? 0 : tile < A.tile_end[1] ? 1 : 2;
+}
+// Row r (0..15) of a segment's tile tl with the rope epilogue: 16 consecutive rows in v, and in q
+// and k (segment index si < 2) rows 8j + r and D/2 + 8j + r - 8 of head tl / (D / 16), j = tl % (D /
+// 16): rows r and r + 8 of the tile are then one rotated (neox) pair, and the pair meets in
+// epilogue threads x and x ^ 2.
+__device__ __forceinline__ int64_t rope_tile_row(const QGemvRope& rp, int si, int tl, int r) {
+  if (si < 2) {
+    const int per_head = rp.head_dim / 16;
+    return static_cast<int64_t>(tl / per_head) * rp.head_dim + 8 * (tl % per_head) + (r & 7) +
+           (r >= 8 ? rp.head_dim / 2 : 0);
+  }
+  return static_cast<int64_t>(tl) * 16 + r;
+}
+
+template <bool kGlu, bool kRope = false, typename Args>
+__device__ __forceinline__ TileOut tile_out(const Args& A, int tile, int64_t red_row, int red_col) {
   const Seg sg = seg_of<kGlu>(A, tile);
-  const int64_t row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
+  int64_t row;
+  if constexpr (kRope) row = rope_tile_row(A.rope, seg_index(A, tile), tile - sg.t0, static_cast<int>(red_row));
+  else row = static_cast<int64_t>(tile - sg.t0) * 16 + red_row;
   return TileOut{sg, row, red_col, row < sg.m && red_col < A.n};
 }
 
 // (pointing at this warp's first unit of the block's slice, which starts at unit u_off; lane t's
 // 16 bytes)
-template <int S>
-__device__ __forceinline__ void tile_ptrs(const SArgs& A, int tile, int g, int t, int warp, int u_off, TilePtrs<S>& p) {
+template <int S, bool kRope = false, typename Args>
+__device__ __forceinline__ void tile_ptrs(const Args& A, int tile, int g, int t, int warp, int u_off, TilePtrs<S>& p) {
   const Seg sg = seg_of<S == 2>(A, tile);
+  if constexpr (kRope) {  // (S == 1; int4: lanes 0 and 1 copy the scales of rows 0..7 and 8..15 of the tile)
+    const int si = seg_index(A, tile), tl = tile - sg.t0;
+    const int64_t r_lo = min(rope_tile_row(A.rope, si, tl, g), sg.m - 1);
+    const int64_t r_hi = min(rope_tile_row(A.rope, si, tl, g + 8), sg.m - 1);
+    p.lo[0] = sg.w + r_lo * A.row_bytes + (u_off + warp) * 64 + t * 16;
+    p.hi[0] = sg.w + r_hi * A.row_bytes + (u_off + warp) * 64 + t * 16;
+    p.sc[0] = static_cast<const uint8_t*>(sg.sc) +
+              2 * qweight_int4_scale_index(A.n_units, rope_tile_row(A.rope, si, tl, g == 0 && t < 2 ? 8 * t : 0),
+                                           u_off + warp);
+    return;
+  }
   const int64_t row0 = static_cast<int64_t>(tile - sg.t0) * 16;
   const int64_t r_lo = min(row0 + g, sg.m - 1), r_hi = min(row0 + g + 8, sg.m - 1);
 #pragma unroll
@@ -555,6 +593,29 @@ __device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg,
   }
 }
 
+// The rope epilogue's output (kRope) of segment si (0 q, 1 k, 2 v) at t: y this thread's value,
+// other its pair's (q, k: thread x ^ 2 holds the other row of the rotated pair; lo: this one holds
+// the first), rotated with launch_rope_kv_store's arithmetic (same sincosf, factor and
+// expressions), written as F32 like the plain GEMV, and k, v also into the cache at the slot.
+__device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const TileOut& t, float y, float other, bool lo,
+                                           float pos, float freq, int32_t slot) {
+  const QGemvRope& r = A.rope;
+  if (si < 2) {
+    float sn, cs;
+    sincosf(pos * freq, &sn, &cs);
+    cs = cs * r.factor;
+    sn = sn * r.factor;
+    y = lo ? y * cs - other * sn : other * sn + y * cs;
+  }
+  t.sg.out[t.col * t.sg.m + t.row] = y;
+  if (si > 0 && slot >= 0) {
+    const size_t i = static_cast<size_t>(slot) * t.sg.m + t.row;  // (k and v rows: whole kv heads)
+    void* cache = si == 1 ? r.k_cache : r.v_cache;
+    if (r.cache_bf16) static_cast<__nv_bfloat16*>(cache)[i] = from_float<__nv_bfloat16>(y);
+    else static_cast<__half*>(cache)[i] = from_float<__half>(y);
+  }
+}
+
 // kCl: the cluster split (A.cluster > 1) compiled in; the kernel without it is the one every
 // batch-1 GEMV takes (compiled with the split's runtime checks, batch-1 int4 lost 4.5%: 502 ->
 // 479 tok/s, H200, session 22 call 2).
@@ -563,8 +624,10 @@ __device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg,
 // 78 KB kernel it came from did (502.8 -> 479.8 tok/s, H200, session 28 call 1), and
 // stage_x_norm_one's gain was mostly lost to that. Why is open (code fetch, or ptxas scheduling
 // the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
-template <QFormat F, int S, int P, int R, bool kCl, XStage X>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArgs A) {
+// kRope: the rope + K/V store epilogue (QGemvRope; one batch row, S == 1, no cluster).
+template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false>
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope> A) {
+  static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
@@ -605,7 +668,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
   if constexpr (X == XStage::NormOne) load_norm_one<F>(A, norm_w);
 
   TilePtrs<S> lp;
-  tile_ptrs<S>(A, tile, g, t, warp, u_off, lp);
+  tile_ptrs<S, kRope>(A, tile, g, t, warp, u_off, lp);
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
     if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
@@ -652,13 +715,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     // latency while the other warps sat at the barrier (H200 ncu, fp8 lm_head GEMV: 15% of the
     // stall samples on the scale, 24% at the barrier).
     float row_scale[S], bias_v = 0.0f, out_v = 0.0f;
+    float rope_pos = 0.0f, rope_freq = 0.0f;  // kRope: the row's position and frequency, its slot
+    int32_t rope_slot = -1;
 #pragma unroll
     for (int s = 0; s < S; ++s) row_scale[s] = 1.0f;
     if (threadIdx.x < 128 && owner) {
-      const TileOut t = tile_out<kGlu>(A, tile, red_row, red_col);
+      const TileOut t = tile_out<kGlu, kRope>(A, tile, red_row, red_col);
       const Seg& sg = t.sg;
       const int64_t row = t.row;
       const int col = t.col;
+      if constexpr (kRope) {
+        if (t.inside) {
+          const int si = seg_index(A, tile);
+          rope_pos = static_cast<float>(A.rope.positions[col]);
+          if (si < 2) rope_freq = A.rope.inv_freq[8 * ((tile - sg.t0) % (A.rope.head_dim / 16)) + (red_row & 7)];
+          if (si > 0) rope_slot = A.rope.slots[col];
+        }
+      }
       if (t.inside) {
         if constexpr (F != QFormat::Int4) {
 #pragma unroll
@@ -679,7 +752,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
       const bool last = c + 1 == n_chunks;
       const int ntile = last ? tile + tile_stride : tile;
       const int nc = last ? 0 : c + 1;
-      if (last && ntile < n_tiles) tile_ptrs<S>(A, ntile, g, t, warp, u_off, lp);
+      if (last && ntile < n_tiles) tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
       // Units of slot p: warp + kWarps * (c * kStages + p) now, the same p of chunk nc next.
       const int u0 = warp + kWarps * c * kStages;
       const uint8_t* xb_c = xb_base + u0 * xb_step;
@@ -713,7 +786,19 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const SArg
     for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
     __syncthreads();
     EMBER_PROBE_MARK(1, 5, tile, A.n_tiles * 16, A.k);
-    if constexpr (!kCl) {
+    if constexpr (kRope) {
+      if (threadIdx.x < 128) {  // (whole warps: the pair's value comes by a shuffle)
+        const int l = threadIdx.x / 4, v = threadIdx.x % 4;
+        const TileOut t = tile_out<kGlu, true>(A, tile, red_row, red_col);
+        float z = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][0].x)[v];
+        if constexpr (F != QFormat::Int4) z *= row_scale[0] * SFmt<F>::kSumScale;
+        const float y = z + bias_v;
+        const float other = __shfl_xor_sync(0xffffffffu, y, 2);
+        if (t.inside) rope_store(A, seg_index(A, tile), t, y, other, red_row < 8, rope_pos, rope_freq, rope_slot);
+      }
+    } else if constexpr (!kCl) {
       if (threadIdx.x < 128) {
         const int l = threadIdx.x / 4, v = threadIdx.x % 4;
         const TileOut t = tile_out<kGlu>(A, tile, red_row, red_col);
@@ -901,18 +986,28 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
   return cluster > 1 && plan_staged(f, glu, !glu, n, k, cluster).ring > 0;
 }
 
-cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream) {
-  const StagedPlan plan = plan_staged(f, glu, !glu && p.norm.w == nullptr, p.n, p.k, p.cluster);
-  if (plan.ring == 0) return cudaErrorInvalidValue;
+namespace {
+
+// How launch_qgemv_staged runs a problem: the plan, the x staging and the ring (0: not staged).
+struct StagedChoice {
+  StagedPlan plan;
+  XStage x = XStage::Plain;
+  int ring = 0;
+  bool one_row_r4 = false;
+};
+
+StagedChoice choose_staged(QFormat f, bool glu, bool norm, int n, int64_t k, int cluster) {
+  StagedChoice c;
+  c.plan = plan_staged(f, glu, !glu && !norm, n, k, cluster);
+  if (c.plan.ring == 0) return c;
   static const bool norm_one = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV_NORM_ONE");
     return !(e && std::strcmp(e, "0") == 0);
   }();
   // NormOne: one round of stage_x_norm_one's kNormOneB chunks a lane covers at most 4096
   // elements over 8 warps. EMBER_CUDA_QGEMV_NORM_ONE=0 keeps Norm there (A/B runs).
-  XStage x = XStage::Plain;
-  if (p.norm.w != nullptr)
-    x = norm_one && p.n == 1 && plan.cluster == 1 && qweight_k_pad(f, p.k) <= 4096 ? XStage::NormOne : XStage::Norm;
+  if (norm)
+    c.x = norm_one && n == 1 && c.plan.cluster == 1 && qweight_k_pad(f, k) <= 4096 ? XStage::NormOne : XStage::Norm;
   // int4 at one batch row whose tile is at most four units a warp (k <= 4096: q/k/v, o, lm_head
   // of Llama-3-8B): the 4-unit ring holds all of it, as the 8-unit one does (half of that stays
   // unused), in half the shared memory, and with one unit a wait the kernel takes 80 registers
@@ -933,10 +1028,47 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   // lm_head), 1 both, 4 both and every plain one-row GEMV (down).
   static const int r4b = qgemm_detail::env_int("EMBER_CUDA_QGEMV_R4B", 2);
   const int r4_setting = f == QFormat::Int4 ? r4 : r4b;
-  const int r4_max_units = f == QFormat::Int4 ? kWarps * 4 : r4b == 4 ? units_of(f, p.k) : kWarps * 8;
-  const bool one_row_r4 = !glu && p.n == 1 && plan.cluster == 1 && ring4_setting_takes(r4_setting, x) &&
-                          units_of(f, p.k) <= r4_max_units;
-  const int ring = one_row_r4 ? 4 : plan.ring;
+  const int r4_max_units = f == QFormat::Int4 ? kWarps * 4 : r4b == 4 ? units_of(f, k) : kWarps * 8;
+  c.one_row_r4 = !glu && n == 1 && c.plan.cluster == 1 && ring4_setting_takes(r4_setting, c.x) &&
+                 units_of(f, k) <= r4_max_units;
+  c.ring = c.one_row_r4 ? 4 : c.plan.ring;
+  return c;
+}
+
+// The rope epilogue's kernels (kRope): one row, the 4-unit ring, one unit a wait, the norm staged
+// at once (qgemv_staged_rope_path). (Referenced here, before launch_s instantiates the others, so
+// that their code lands after those kernels' in the module and moves none of them: see
+// docs/CUDA_NOTES.md "Session 30" on code placement.)
+cudaError_t launch_rope_staged(QFormat f, const SArgsRope& A, bool pdl, cudaStream_t stream) {
+  auto kernel = f == QFormat::Int4  ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::NormOne, true>
+                : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 1, 4, false, XStage::NormOne, true>
+                                     : qgemv_staged_kernel<QFormat::Fp8, 1, 1, 4, false, XStage::NormOne, true>;
+  const size_t smem = staged_smem(f, 4, A.n, A.k);
+  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
+}
+
+}  // namespace
+
+bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm) {
+  const StagedChoice c = choose_staged(f, false, norm, n, k, 0);
+  return norm && n == 1 && c.plan.ring > 0 && c.plan.cluster == 1 && c.x == XStage::NormOne && c.one_row_r4;
+}
+
+cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
+                                const QGemvRope* rope_args) {
+  const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
+  if (c.plan.ring == 0) return cudaErrorInvalidValue;
+  const bool rope = rope_args && rope_args->head_dim > 0;
+  if (rope && (glu || p.n_segs != 3 || rope_args->head_dim % 16 != 0 ||
+               !qgemv_staged_rope_path(f, p.n, p.k, p.norm.w != nullptr)))
+    return cudaErrorInvalidValue;
+  const StagedPlan plan = c.plan;
+  const XStage x = c.x;
+  const bool one_row_r4 = c.one_row_r4;
+  const int ring = c.ring;
   SArgs A;
   static_cast<QGemvProblem&>(A) = p;
   A.cluster = plan.cluster;
@@ -944,6 +1076,12 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
   A.x_stride = staged_x_stride(f, A.units_local);
   const int per_round = kWarps * ring / (glu ? 2 : 1);  // units of a tile per pipeline round
   A.n_chunks = (A.units_local + per_round - 1) / per_round;
+  if (rope) {
+    SArgsRope R;
+    static_cast<SArgs&>(R) = A;
+    R.rope = *rope_args;
+    return launch_rope_staged(f, R, pdl, stream);
+  }
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
   return ring == 4 ? launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/one_row_r4)
                    : launch_s<1, 8>(f, A, x, pdl, stream);
