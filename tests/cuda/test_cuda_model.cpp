@@ -984,7 +984,8 @@ TEST(CudaModel, QuantizedWeightsNearBf16) {
 // EMBER_CUDA_GEMV_ROPE=0 (the rope and store in the attention's prologue or a launch of their
 // own): the same logits to rounding, and the epilogue ran (counted by the backend) on models
 // without q/k norms whose head_dim is a multiple of 16 (llama2: 16 x 4 heads, mistral: GQA 4 / 2,
-// the 8B shapes: 128 x 32 / 8), and not on the others.
+// the 8B shapes: 128 x 32 / 8), and not on the others. int8 runs it with EMBER_CUDA_GEMV_ROPE=1
+// (by default it is off there, which the last runner checks).
 TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
   SKIP_WITHOUT_GPU();
   std::vector<std::pair<std::string, bool>> models = {{kFixtures + "/llama2/hf", true},
@@ -996,6 +997,7 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
     if (!std::ifstream(path + "/config.json")) continue;
     for (const char* format : {"int4", "fp8", "int8"}) {
       const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
+      setenv("EMBER_CUDA_GEMV_ROPE", "1", 1);  // (int8 too: by default only int4 and fp8)
       auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
       setenv("EMBER_CUDA_GEMV_ROPE", "0", 1);
       auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
@@ -1016,6 +1018,14 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
       const uint64_t ran = cuda_step(a->backend())->gemv_rope_launches();
       EXPECT_EQ(ran > 0, fused) << path << " " << format << ": " << ran << " launches with the epilogue";
       EXPECT_EQ(cuda_step(b->backend())->gemv_rope_launches(), 0u) << path << " " << format;
+      if (std::string(format) == "int8" && fused) {  // (the default leaves int8 out)
+        auto d = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+        Seqs sd(16, bpb, 1);
+        std::vector<float> ld;
+        ASSERT_TRUE(sd.step(*d, prompt, false, ld).is_ok());
+        ASSERT_TRUE(sd.step(*d, {{argmax(ld.data(), vocab)}}, false, ld).is_ok());
+        EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches(), 0u) << path << ": int8 by default";
+      }
     }
   }
 }

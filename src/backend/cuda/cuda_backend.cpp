@@ -108,7 +108,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
   if (const char* v = std::getenv("EMBER_CUDA_PDL_EARLY")) be->pdl_early_ = std::atoi(v);
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
-  be->gemv_rope_ = switched_on("EMBER_CUDA_GEMV_ROPE");
+  if (const char* v = std::getenv("EMBER_CUDA_GEMV_ROPE")) be->gemv_rope_ = std::strcmp(v, "0") == 0 ? 0 : 1;
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
   be->longest_first_ = switched_on("EMBER_CUDA_LONGEST_FIRST");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
@@ -894,7 +894,7 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
   // are launched in order by the next flush), so that kv_store may put the rope and the store
   // into the GEMV's epilogue: only with the positions in the step metadata and the frequencies
   // in device memory, which need no upload (one would go ahead of the pending GEMV).
-  const bool beside_gemv = fuse_ && gemv_rope_ && pg_.count == 3 && pg_.wtype != DType::BF16 && pg_.n == 1 &&
+  const bool beside_gemv = fuse_ && pg_.count == 3 && gemv_rope_for(pg_.wtype) && pg_.n == 1 &&
                            n == 1 && pg_.segs[0].out == x.as<float>() && !pr_.active && !prs_active_ &&
                            !pgm_.active && !pa_.active && !pn_.active && !pgl_.active &&
                            lookup(positions, sizeof(int32_t)) != nullptr && on_device(p.inv_freq);
@@ -1009,7 +1009,7 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
 
 bool CudaBackend::gemv_takes_rope(const KvLayer& kv, const float* k, const float* v, int64_t n,
                                   const int32_t* slots_dev) const {
-  if (!gemv_rope_ || !pr_.active || pg_.count != 3 || pg_.wtype == DType::BF16 || n != 1 || pg_.n != 1) return false;
+  if (!gemv_rope_for(pg_.wtype) || !pr_.active || pg_.count != 3 || n != 1 || pg_.n != 1) return false;
   if (pg_.segs[0].out != pr_.x || pg_.segs[1].out != pr_.x2 || pr_.x2 != k || pg_.segs[2].out != v) return false;
   if (!slots_dev || !pr_.positions_in_step || pr_.inv_freq != pr_.host_inv_freq || !pr_.neox ||
       pr_.rotary_dim != pr_.head_dim)

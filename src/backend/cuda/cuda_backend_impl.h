@@ -38,7 +38,8 @@
 // k <= 4096 (2: only those with the norm folded, 3: only those without);
 // EMBER_CUDA_QGEMV_R4B=0 the 8-unit ring for fp8 / int8 q/k/v at one row (1, 3, 4: the 4-unit
 // ring for more of their one-row GEMVs). EMBER_CUDA_GEMV_ROPE=0 keeps the rope + K/V store out
-// of the packed q/k/v GEMV (its own launch, or the attention's prologue). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
+// of the packed q/k/v GEMV (its own launch, or the attention's prologue), =1 puts it into int8's
+// too (by default int4 and fp8 only). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
 // NCCL too instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
@@ -445,8 +446,15 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   GemvRoped roped_;
   uint64_t gemv_rope_launches_ = 0;
-  // EMBER_CUDA_GEMV_ROPE=0: the rope + K/V store stays out of the packed q/k/v GEMV (A/B runs).
-  bool gemv_rope_ = true;
+  // Which packed formats' q/k/v GEMV takes the rope + K/V store (gemv_rope_for): int4 and fp8 by
+  // default; EMBER_CUDA_GEMV_ROPE=0 none, =1 int8 too (A/B runs). int8 measured slower with it
+  // on an H200 (415.4-415.7 against 417.2-417.5 tok/s at batch 1, one call, three rounds; level
+  // on an H100), int4 +0.9% / +1.1% and fp8 +0.05% / +1.0% (H200 / H100; docs/CUDA_NOTES.md
+  // "Session 38").
+  int gemv_rope_ = -1;  // -1 default, 0 none, 1 every packed format
+  bool gemv_rope_for(DType wtype) const {
+    return gemv_rope_ != 0 && wtype != DType::BF16 && (gemv_rope_ == 1 || wtype != DType::Q8_0);
+  }
   // Whether kv_store can hand pr_ (q's and k's rope) and the store of k, v into cache kv at
   // slots (device) to the pending q/k/v GEMV pg_.
   bool gemv_takes_rope(const KvLayer& kv, const float* k, const float* v, int64_t n, const int32_t* slots_dev) const;
