@@ -978,26 +978,33 @@ TEST(CudaModel, QuantizedWeightsNearBf16) {
   EXPECT_FALSE(ModelRunner::load(kFixtures + "/llama3/hf-bf16", o).is_ok());
 }
 
-// Batch-1 decode with packed weights puts the rope and the K/V store into the q/k/v GEMV's
-// epilogue (QGemvRope) and, where the decode attention has one block a kv head (the 8B shapes),
+// Batch-1 decode with packed or BF16 weights puts the rope and the K/V store into the q/k/v GEMV's
+// epilogue (GemvRope) and, where the decode attention has one block a kv head (the 8B shapes),
 // copies earlier tokens' K/V before that attention's wait. Against the same model with
 // EMBER_CUDA_GEMV_ROPE=0 (the rope and store in the attention's prologue or a launch of their
 // own): the same logits to rounding, and the epilogue ran (counted by the backend) on models
 // without q/k norms whose head_dim is a multiple of 16 (llama2: 16 x 4 heads, mistral: GQA 4 / 2,
-// the 8B shapes: 128 x 32 / 8), and not on the others. int8 runs it with EMBER_CUDA_GEMV_ROPE=1
-// (by default it is off there, which the last runner checks).
+// the 8B shapes: 128 x 32 / 8; the BF16 GEMV any even head_dim: llama3's 8 too), and not where
+// q/k norms come between (qwen3). int8 and BF16 run it with EMBER_CUDA_GEMV_ROPE=1 (by default it
+// is off there, which the last runner checks).
 TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
   SKIP_WITHOUT_GPU();
-  std::vector<std::pair<std::string, bool>> models = {{kFixtures + "/llama2/hf", true},
-                                                      {kFixtures + "/mistral/hf", true},
-                                                      {kFixtures + "/llama3/hf-bf16", false},   // head_dim 8
-                                                      {kFixtures + "/qwen3/hf", false}};        // q/k norms
-  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) models.push_back({dir, true});
-  for (const auto& [path, fused] : models) {
+  struct Model {
+    std::string path;
+    bool packed, bf16;  // whether the packed / the BF16 GEMV takes the epilogue
+  };
+  std::vector<Model> models = {{kFixtures + "/llama2/hf", true, true},
+                               {kFixtures + "/mistral/hf", true, true},
+                               {kFixtures + "/llama3/hf-bf16", false, true},  // head_dim 8 (BF16: any even)
+                               {kFixtures + "/qwen3/hf", false, false}};      // q/k norms
+  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) models.push_back({dir, true, true});
+  for (const Model& md : models) {
+    const std::string& path = md.path;
     if (!std::ifstream(path + "/config.json")) continue;
-    for (const char* format : {"int4", "fp8", "int8"}) {
+    for (const char* format : {"int4", "fp8", "int8", "auto"}) {  // (auto: BF16 weights)
+      const bool fused = std::string(format) == "auto" ? md.bf16 : md.packed;
       const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
-      setenv("EMBER_CUDA_GEMV_ROPE", "1", 1);  // (int8 too: by default only int4 and fp8)
+      setenv("EMBER_CUDA_GEMV_ROPE", "1", 1);  // (int8 and BF16 too: by default only int4 and fp8)
       auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
       setenv("EMBER_CUDA_GEMV_ROPE", "0", 1);
       auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
@@ -1018,13 +1025,14 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
       const uint64_t ran = cuda_step(a->backend())->gemv_rope_launches();
       EXPECT_EQ(ran > 0, fused) << path << " " << format << ": " << ran << " launches with the epilogue";
       EXPECT_EQ(cuda_step(b->backend())->gemv_rope_launches(), 0u) << path << " " << format;
-      if (std::string(format) == "int8" && fused) {  // (the default leaves int8 out)
+      // (off by default for int8, and for BF16 while the o projection is held)
+      if ((std::string(format) == "int8" || std::string(format) == "auto") && fused) {
         auto d = load_runner(path, "cuda", DType::BF16, bpb, true, format);
         Seqs sd(16, bpb, 1);
         std::vector<float> ld;
         ASSERT_TRUE(sd.step(*d, prompt, false, ld).is_ok());
         ASSERT_TRUE(sd.step(*d, {{argmax(ld.data(), vocab)}}, false, ld).is_ok());
-        EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches(), 0u) << path << ": int8 by default";
+        EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches(), 0u) << path << " " << format << " by default";
       }
     }
   }

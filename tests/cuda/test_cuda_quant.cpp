@@ -1016,14 +1016,14 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   }
 }
 
-// The q/k/v GEMV's rope + K/V store epilogue (QGemvRope) against the same GEMV without it followed
+// The q/k/v GEMV's rope + K/V store epilogue (GemvRope) against the same GEMV without it followed
 // by launch_rope_kv_store (the rope + store as the backend launches them apart; the attention's
-// prologue computes the same): int4 / fp8 / int8, head dims 64 and 128, GQA groups 1 and 4, biases
-// on q and v, BF16 and F16 caches, a position past 2^11, a scaling factor, a slot of -1 (nothing
-// stored), the norm folded (the one-row path that takes the epilogue). The epilogue's tiles hold
-// rows 8j.. and D/2 + 8j.. of a head, each row's sum is the plain kernel's, so q, k, v (F32) agree
-// to the rope's rounding and the caches (poisoned before) to one unit in the last place, with
-// every slot but the step's left as it was.
+// prologue computes the same): the packed GEMV (int4 / fp8 / int8, the norm folded: the one-row
+// path that takes the epilogue) and the BF16 GEMV (variant 7), head dims 64 and 128, GQA groups
+// 1 and 4, biases on q and v, BF16 and F16 caches, a position past 2^11, a scaling factor, a slot
+// of -1 (nothing stored). The epilogue's tiles / warps hold rows i and D/2 + i of a head, each
+// row's sum is the plain kernel's, so q, k, v (F32) agree to the rope's rounding and the caches
+// (poisoned before) to one unit in the last place, with every slot but the step's left as it was.
 TEST(CudaQuant, GemvRopeEpilogueEqualsRopeKernel) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -1039,13 +1039,14 @@ TEST(CudaQuant, GemvRopeEpilogueEqualsRopeKernel) {
                         {64, 4, 1, 264, 5, 0, 1.0f, false}};
   constexpr int kSlots = 16;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const char* f : {"int4", "fp8", "int8"}) {
-    const cuda::QFormat qf = qformat(f);
+  for (const std::string f : {"int4", "fp8", "int8", "bf16"}) {
+    const bool bf16 = f == "bf16";
+    const cuda::QFormat qf = bf16 ? cuda::QFormat::Int4 : qformat(f);
     for (const Case& c : cases) {
       const int64_t mq = int64_t{c.hq} * c.hd, mkv = int64_t{c.hk} * c.hd;
-      const std::string where = std::string(f) + " hd " + std::to_string(c.hd) + " heads " + std::to_string(c.hq) +
-                                "/" + std::to_string(c.hk) + " k " + std::to_string(c.k);
-      Packed wq = make_packed(f, mq, c.k, 61), wk = make_packed(f, mkv, c.k, 62), wv = make_packed(f, mkv, c.k, 63);
+      const std::string where = f + " hd " + std::to_string(c.hd) + " heads " + std::to_string(c.hq) + "/" +
+                                std::to_string(c.hk) + " k " + std::to_string(c.k);
+      const Tensor wq = gpu_weight(f, mq, c.k, 61), wk = gpu_weight(f, mkv, c.k, 62), wv = gpu_weight(f, mkv, c.k, 63);
       const auto xs = random_floats(static_cast<size_t>(c.k), 64), nws = random_floats(static_cast<size_t>(c.k), 65, 0.5f, 1.5f);
       const auto bq = random_floats(static_cast<size_t>(mq), 66), bv = random_floats(static_cast<size_t>(mkv), 67);
       auto x = dev_floats(xs, {1, c.k});
@@ -1071,20 +1072,29 @@ TEST(CudaQuant, GemvRopeEpilogueEqualsRopeKernel) {
       };
       Side ref = side(), got = side();
       auto segs_of = [&](Side& sd, cuda::QGemvSeg (&g)[3]) {
-        g[0] = cuda::QGemvSeg{wq.t.data, static_cast<const float*>(dbq.t.data), static_cast<float*>(sd.q.t.data), mq, false};
-        g[1] = cuda::QGemvSeg{wk.t.data, nullptr, static_cast<float*>(sd.k.t.data), mkv, false};
-        g[2] = cuda::QGemvSeg{wv.t.data, static_cast<const float*>(dbv.t.data), static_cast<float*>(sd.v.t.data), mkv, false};
+        g[0] = cuda::QGemvSeg{wq.data, static_cast<const float*>(dbq.t.data), static_cast<float*>(sd.q.t.data), mq, false};
+        g[1] = cuda::QGemvSeg{wk.data, nullptr, static_cast<float*>(sd.k.t.data), mkv, false};
+        g[2] = cuda::QGemvSeg{wv.data, static_cast<const float*>(dbv.t.data), static_cast<float*>(sd.v.t.data), mkv, false};
       };
       const auto* xp = static_cast<const float*>(x.t.data);
       cuda::QGemvSeg rs[3], gs[3];
       segs_of(ref, rs);
       segs_of(got, gs);
+      cuda::GemvSeg rb[3], gb[3];  // (the BF16 GEMV's)
+      for (int i = 0; i < 3; ++i) {
+        rb[i] = cuda::GemvSeg{rs[i].w, rs[i].bias, rs[i].out, rs[i].m};
+        gb[i] = cuda::GemvSeg{gs[i].w, gs[i].bias, gs[i].out, gs[i].m};
+      }
       const cuda::XNorm rn{nw.t.data, false, 1e-5f, static_cast<float*>(ref.xo.t.data)};
       const cuda::XNorm gn{nw.t.data, false, 1e-5f, static_cast<float*>(got.xo.t.data)};
-      ASSERT_TRUE(cuda::qgemv_rope_takes(qf, gs, 3, 1, c.k, xp, &gn, c.hd)) << where;
+      if (bf16) ASSERT_TRUE(cuda::gemv_rope_takes(gb, 3, 1, c.k, 7, c.hd)) << where;
+      else ASSERT_TRUE(cuda::qgemv_rope_takes(qf, gs, 3, 1, c.k, xp, &gn, c.hd)) << where;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_EQ(cuda::launch_qgemv_multi(qf, rs, 3, xp, 1, c.k, false, nullptr, cuda::QGemvPath::Auto, &rn), cudaSuccess)
-          << where;
+      if (bf16)
+        ASSERT_EQ(cuda::launch_gemv_bf16_multi(rb, 3, xp, 1, c.k, 7, false, nullptr), cudaSuccess) << where;
+      else
+        ASSERT_EQ(cuda::launch_qgemv_multi(qf, rs, 3, xp, 1, c.k, false, nullptr, cuda::QGemvPath::Auto, &rn), cudaSuccess)
+            << where;
       cuda::RopeKvStoreArgs a;
       a.q = static_cast<float*>(ref.q.t.data);
       a.hq = c.hq;
@@ -1102,32 +1112,37 @@ TEST(CudaQuant, GemvRopeEpilogueEqualsRopeKernel) {
       a.v_cache = ref.vc.t.data;
       a.cache_type = ct;
       ASSERT_EQ(cuda::launch_rope_kv_store(a, nullptr), cudaSuccess) << where;
-      const cuda::QGemvRope rope{dpos, static_cast<const float*>(dfreq.t.data), dpos + 1, c.factor, c.hd,
+      const cuda::GemvRope rope{dpos, static_cast<const float*>(dfreq.t.data), dpos + 1, c.factor, c.hd,
                                  got.kc.t.data, got.vc.t.data, c.bf16};
-      ASSERT_EQ(cuda::launch_qgemv_multi(qf, gs, 3, xp, 1, c.k, false, nullptr, cuda::QGemvPath::Auto, &gn, 0, &rope),
-                cudaSuccess)
-          << where;
+      if (bf16)
+        ASSERT_EQ(cuda::launch_gemv_bf16_multi(gb, 3, xp, 1, c.k, 7, false, nullptr, &rope), cudaSuccess) << where;
+      else
+        ASSERT_EQ(cuda::launch_qgemv_multi(qf, gs, 3, xp, 1, c.k, false, nullptr, cuda::QGemvPath::Auto, &gn, 0, &rope),
+                  cudaSuccess)
+            << where;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
       for (auto [name, r, g] : {std::tuple{"q", &ref.q, &got.q}, {"k", &ref.k, &got.k}, {"v", &ref.v, &got.v}}) {
         const auto rv = download_floats(r->t), gv = download_floats(g->t);
         EXPECT_LE(rel(gv, std::vector<double>(rv.begin(), rv.end())), 1e-6) << where << " " << name;
       }
-      EXPECT_EQ(download_floats(got.xo.t), download_floats(ref.xo.t)) << where << " normalized x";
+      if (!bf16) {
+        EXPECT_EQ(download_floats(got.xo.t), download_floats(ref.xo.t)) << where << " normalized x";
+      }
       const size_t row = static_cast<size_t>(mkv);
       for (auto [name, r, g] : {std::tuple{"k cache", &ref.kc, &got.kc}, {"v cache", &ref.vc, &got.vc}}) {
-        std::vector<uint16_t> rb(static_cast<size_t>(r->t.numel())), gb(rb.size());
-        backend()->download(rb.data(), r->t.data, rb.size() * 2);
-        backend()->download(gb.data(), g->t.data, gb.size() * 2);
+        std::vector<uint16_t> rc(static_cast<size_t>(r->t.numel())), gc(rc.size());
+        backend()->download(rc.data(), r->t.data, rc.size() * 2);
+        backend()->download(gc.data(), g->t.data, gc.size() * 2);
         int far = 0, kept = 0, stored = 0;
-        for (size_t i = 0; i < rb.size(); ++i) {
+        for (size_t i = 0; i < rc.size(); ++i) {
           const bool in_slot = c.slot >= 0 && i / row == static_cast<size_t>(c.slot);
-          far += std::abs(int(rb[i]) - int(gb[i])) > 1;
-          if (in_slot) stored += gb[i] != 0xffff;
-          else kept += gb[i] == 0xffff;
+          far += std::abs(int(rc[i]) - int(gc[i])) > 1;
+          if (in_slot) stored += gc[i] != 0xffff;
+          else kept += gc[i] == 0xffff;
         }
         EXPECT_EQ(far, 0) << where << " " << name;
         EXPECT_EQ(stored, c.slot >= 0 ? static_cast<int>(row) : 0) << where << " " << name;
-        EXPECT_EQ(kept, static_cast<int>(rb.size() - (c.slot >= 0 ? row : 0))) << where << " " << name;
+        EXPECT_EQ(kept, static_cast<int>(rc.size() - (c.slot >= 0 ? row : 0))) << where << " " << name;
       }
     }
   }
@@ -1149,6 +1164,13 @@ TEST(CudaQuant, GemvRopeEpilogueEqualsRopeKernel) {
   EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 1, 8192, xp, &nm, 64));
   EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 3, 1, 4096, xp, nullptr, 64));
   EXPECT_FALSE(cuda::qgemv_rope_takes(cuda::QFormat::Int4, s3, 2, 1, 4096, xp, &nm, 64));
+  cuda::GemvSeg b3[3];
+  for (int i = 0; i < 3; ++i) b3[i] = cuda::GemvSeg{s3[i].w, nullptr, s3[i].out, s3[i].m};
+  EXPECT_TRUE(cuda::gemv_rope_takes(b3, 3, 1, 4096, 7, 64));  // (the control)
+  EXPECT_FALSE(cuda::gemv_rope_takes(b3, 3, 2, 4096, 7, 64));
+  EXPECT_FALSE(cuda::gemv_rope_takes(b3, 3, 1, 4096, 6, 64));
+  EXPECT_FALSE(cuda::gemv_rope_takes(b3, 3, 1, 4096, 7, 48));
+  EXPECT_FALSE(cuda::gemv_rope_takes(b3, 2, 1, 4096, 7, 64));
 }
 
 // The FP8 GEMV on wgmma (W8A8, qgemv_wg.cuh) against a double product of the decoded weights

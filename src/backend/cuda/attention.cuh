@@ -101,7 +101,7 @@ struct PagedAttnArgs {
   // Decode: RoPE + K/V store first (q, the rope's q, is then rotated in place).
   DecodeRopeArgs rope;
   // Decode without rope: this step's new keys and values were stored, and q rotated, by the
-  // kernel just before (the q/k/v GEMV's rope epilogue, QGemvRope), so the K/V tiles of earlier
+  // kernel just before (the q/k/v GEMV's rope epilogue, GemvRope), so the K/V tiles of earlier
   // tokens are copied before the PDL wait, as with rope (only where rope could be taken:
   // attention_decode_takes_rope).
   bool early_tiles = false;

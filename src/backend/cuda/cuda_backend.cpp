@@ -890,7 +890,7 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
     pr_.n_heads2 = n_heads;
     return;
   }
-  // q's rope right after a packed q/k/v GEMV of one row stays pending beside that GEMV (both
+  // q's rope right after a q/k/v GEMV of one row stays pending beside that GEMV (both
   // are launched in order by the next flush), so that kv_store may put the rope and the store
   // into the GEMV's epilogue: only with the positions in the step metadata and the frequencies
   // in device memory, which need no upload (one would go ahead of the pending GEMV).
@@ -950,7 +950,7 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
                           (pr_.positions_in_step && pr_.inv_freq == pr_.host_inv_freq));
   const int32_t* slots_in_step = static_cast<const int32_t*>(lookup(slots, slot_bytes));
   if (fuse_rope && gemv_takes_rope(kv, k.as<float>(), v.as<float>(), n, slots_in_step)) {
-    pg_.rope = QGemvRope{pr_.positions, pr_.inv_freq, slots_in_step, pr_.factor, pr_.head_dim,
+    pg_.rope = GemvRope{pr_.positions, pr_.inv_freq, slots_in_step, pr_.factor, pr_.head_dim,
                          kv.k.data, kv.v.data, kv.k.dtype == DType::BF16};
     pr_.active = false;
     flush();  // the GEMV, with the rope and the store
@@ -1019,6 +1019,10 @@ bool CudaBackend::gemv_takes_rope(const KvLayer& kv, const float* k, const float
   if (kv.k.dim(3) != pr_.head_dim || pg_.segs[1].m != kv_row || pg_.segs[2].m != kv_row ||
       pg_.segs[0].m != static_cast<int64_t>(pr_.n_heads) * pr_.head_dim)
     return false;
+  if (pg_.wtype == DType::BF16) {
+    const int64_t rows = pg_.segs[0].m + pg_.segs[1].m + pg_.segs[2].m;
+    return gemv_rope_takes(pg_.segs, 3, pg_.n, pg_.k, gemv_multi_variant(pg_.n, rows, pg_.k, 3), pr_.head_dim);
+  }
   QGemvSeg segs[3];
   for (int s = 0; s < 3; ++s)
     segs[s] = QGemvSeg{pg_.segs[s].w, pg_.segs[s].bias, pg_.segs[s].out, pg_.segs[s].m, pg_.accumulate[s]};
@@ -1034,7 +1038,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
                          prs_.v_cache == kv.v.data && prs_.head_dim == p.head_dim &&
                          prs_.n * p.n_heads * p.head_dim == q.numel();
   if (held_rope) prs_active_ = false;
-  // The q/k/v GEMV before rotated q and stored this step's K/V (QGemvRope), if no op came since.
+  // The q/k/v GEMV before rotated q and stored this step's K/V (GemvRope), if no op came since.
   const bool gemv_roped = roped_.active && !others_pending && !held_rope && roped_.q == q.data &&
                           roped_.k_cache == kv.k.data && roped_.v_cache == kv.v.data;
   flush();

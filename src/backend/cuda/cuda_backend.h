@@ -66,7 +66,7 @@ class CudaStep {
   virtual bool launch_graph(uint64_t key) = 0;
   virtual void drop_graphs() = 0;
   virtual size_t num_graphs() const = 0;
-  // Launches so far of a packed q/k/v GEMV that also did the rope and the K/V store (QGemvRope in
+  // Launches so far of a packed q/k/v GEMV that also did the rope and the K/V store (GemvRope in
   // qgemv.cuh; a captured launch counts once, at capture): tests check that the path ran.
   virtual uint64_t gemv_rope_launches() const = 0;
 

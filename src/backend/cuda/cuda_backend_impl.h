@@ -11,7 +11,7 @@
 //   - add(a, b, out) followed by rms_norm(out, ...): one residual-add + norm kernel;
 //   - rope(q) followed by rope(k) with the same positions and parameters, and then
 //     kv_store(k, v): one launch that rotates q and k and writes the cache; where q, k, v come
-//     from a packed q/k/v GEMV of one row, that GEMV's epilogue does it (QGemvRope), and the
+//     from a packed q/k/v GEMV of one row, that GEMV's epilogue does it (GemvRope), and the
 //     decode attention after it copies earlier tokens' K/V before its PDL wait;
 //   - (add +) rms_norm or glu of more rows than the GEMV takes, followed by GEMMs of their
 //     output (FP8 or BF16 weights): the norm / GLU kernel also writes the e4m3 or BF16 rows the
@@ -38,8 +38,9 @@
 // k <= 4096 (2: only those with the norm folded, 3: only those without);
 // EMBER_CUDA_QGEMV_R4B=0 the 8-unit ring for fp8 / int8 q/k/v at one row (1, 3, 4: the 4-unit
 // ring for more of their one-row GEMVs). EMBER_CUDA_GEMV_ROPE=0 keeps the rope + K/V store out
-// of the packed q/k/v GEMV (its own launch, or the attention's prologue), =1 puts it into int8's
-// too (by default int4 and fp8 only). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
+// of the q/k/v GEMV (its own launch, or the attention's prologue), =1 puts it into every
+// format's (by default the packed int4 and fp8 GEMVs, and BF16's where the o projection is not
+// held). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
 // NCCL too instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
@@ -179,7 +180,7 @@ class CudaBackend final : public Backend, public CudaStep {
     const float* input() const { return norm.w ? x_raw : x; }
     // The rope + K/V store of q, k, v (segments 0..2) in the GEMV's epilogue (kv_store sets it
     // where qgemv_rope_takes; head_dim 0: none).
-    QGemvRope rope;
+    GemvRope rope;
   };
   // Whether the GEMV of pg_ (about to start on x [n, k] with weights of wtype) can fold the
   // pending norm pn_ in.
@@ -435,7 +436,7 @@ class CudaBackend final : public Backend, public CudaStep {
   // whose decode kernel may do it (attention_decode_takes_rope); any other op launches it.
   RopeKvStoreArgs prs_;
   bool prs_active_ = false;
-  // The q/k/v GEMV just launched with the rope + K/V store epilogue (QGemvRope) for this q and
+  // The q/k/v GEMV just launched with the rope + K/V store epilogue (GemvRope) for this q and
   // cache: the attention that follows copies earlier tokens' K/V before its PDL wait
   // (PagedAttnArgs::early_tiles). Any flush clears it.
   struct GemvRoped {
@@ -446,14 +447,24 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   GemvRoped roped_;
   uint64_t gemv_rope_launches_ = 0;
-  // Which packed formats' q/k/v GEMV takes the rope + K/V store (gemv_rope_for): int4 and fp8 by
-  // default; EMBER_CUDA_GEMV_ROPE=0 none, =1 int8 too (A/B runs). int8 measured slower with it
-  // on an H200 (415.4-415.7 against 417.2-417.5 tok/s at batch 1, one call, three rounds; level
-  // on an H100), int4 +0.9% / +1.1% and fp8 +0.05% / +1.0% (H200 / H100; docs/CUDA_NOTES.md
-  // "Session 38").
-  int gemv_rope_ = -1;  // -1 default, 0 none, 1 every packed format
+  // Which formats' q/k/v GEMV takes the rope + K/V store (gemv_rope_for): int4 and fp8 by
+  // default, BF16 where the o projection is not held (EMBER_CUDA_GEMV_HOLD=0);
+  // EMBER_CUDA_GEMV_ROPE=0 none, =1 every format (A/B runs). Batch 1 (docs/CUDA_NOTES.md
+  // "Session 38"): int4 +0.9% / +1.1% and fp8 +0.05% / +1.0% (H200 / H100); int8 -0.4% on an
+  // H200 (415.4-415.7 against 417.2-417.5 tok/s, three rounds; level on an H100); BF16 on an H100
+  // -1.0% beside the hold (178.0 against 179.8: both use the attention's window), +1.0% without
+  // it (180.4 against 178.7), which is +0.3% over the hold alone; the hold's +0.7% is an H200's,
+  // so the default keeps it until the pair is measured there.
+  int gemv_rope_ = -1;  // -1 default, 0 none, 1 every format
   bool gemv_rope_for(DType wtype) const {
-    return gemv_rope_ != 0 && wtype != DType::BF16 && (gemv_rope_ == 1 || wtype != DType::Q8_0);
+    if (gemv_rope_ != -1) return gemv_rope_ == 1;
+    return wtype == DType::BF16 ? gemv_hold_ == 0 : wtype != DType::Q8_0;
+  }
+  // The BF16 GEMV variant a launch of n rows of x over matrices of m rows in all takes, with the
+  // hold variants as variant 7 where they do not apply (more than one matrix).
+  int gemv_multi_variant(int n, int64_t m, int64_t k, int n_segs) const {
+    const int v = gemv_variant(n, m, k);
+    return n_segs > 1 && (v == kGemvHoldVariant || v == kGemvHold2Variant) ? 7 : v;
   }
   // Whether kv_store can hand pr_ (q's and k's rope) and the store of k, v into cache kv at
   // slots (device) to the pending q/k/v GEMV pg_.

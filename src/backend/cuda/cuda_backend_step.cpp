@@ -157,7 +157,7 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
     pg_.wtype = w.dtype;
     pg_.norm = norm;
     pg_.x_raw = x_raw;
-    pg_.rope = QGemvRope{};
+    pg_.rope = GemvRope{};
   }
   GemvSeg& seg = pg_.segs[pg_.count++];
   seg.w = w.data;
@@ -187,16 +187,20 @@ void CudaBackend::flush() {
         const GemvSeg& g = pg_.segs[s];
         q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
       }
-      const QGemvRope rope = pg_.rope;
-      pg_.rope = QGemvRope{};
+      const GemvRope rope = pg_.rope;
+      pg_.rope = GemvRope{};
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
                                           stream_, QGemvPath::Auto, &pg_.norm, 0,
                                           rope.head_dim > 0 ? &rope : nullptr));
     } else {
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
-      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, gemv_variant(pg_.n, rows, pg_.k),
-                                              /*pdl=*/true, stream_));
+      const GemvRope rope = pg_.rope;
+      pg_.rope = GemvRope{};
+      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
+                                              rope.head_dim > 0 ? gemv_multi_variant(pg_.n, rows, pg_.k, count)
+                                                                : gemv_variant(pg_.n, rows, pg_.k),
+                                              /*pdl=*/true, stream_, rope.head_dim > 0 ? &rope : nullptr));
     }
   }
   if (pa_.active) {

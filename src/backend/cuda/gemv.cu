@@ -15,6 +15,7 @@
 #include "backend/cuda/smem_limit.h"
 
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 namespace ember::cuda {
@@ -53,11 +54,23 @@ struct MultiArgs {
   bool gelu = false;
 };
 
+// The rope epilogue's kernel (kRope) takes the rope's arguments too; the others keep MultiArgs
+// alone (launch arguments a kernel does not use have cost batch-1 speed before: CUDA_NOTES
+// session 29).
+struct MultiArgsRope : MultiArgs {
+  GemvRope rope;
+};
+template <bool kRope>
+using GemvArgs = std::conditional_t<kRope, MultiArgsRope, MultiArgs>;
+
 // Batch-1 plain GEMVs at four blocks an SM (64 registers; 70 gave three): more of a grid of
 // 1,024-1,536 blocks is resident, streaming its rows, when the previous kernel drains (H200,
 // session 26: batch-1 bf16 235.5 -> 236.6 tok/s in three alternated pairs, down 32 -> 30.5 us).
-template <int N, int R, int U, bool kSmemX, bool kGlu, int KS>
-__global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_bf16_kernel(const MultiArgs A) {
+// kRope (N == 1, R == 2, KS > 1, three segments q, k, v): the rope + K/V store epilogue
+// (rope_epilogue.h); a warp task of q or k takes rows i and D/2 + i of a head, the rotated pair.
+template <int N, int R, int U, bool kSmemX, bool kGlu, int KS, bool kRope = false>
+__global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_bf16_kernel(const GemvArgs<kRope> A) {
+  static_assert(!kRope || (N == 1 && R == 2 && KS > 1 && !kGlu), "the rope epilogue: one row, two rows a warp");
   constexpr int RR = kGlu ? 2 * R : R;  // weight rows per warp (gate rows, then up rows)
   constexpr bool kAllWarps = kSmemX || KS > 1;  // every warp reaches the block barriers
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -75,6 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
   const float* bias = A.bias[0];
   float* out = A.out[0];
   int64_t m = A.m[0], t0 = 0;
+  int seg = 0;
 #pragma unroll
   for (int s = 1; s < kGemvMaxSegs; ++s) {
     if (!kGlu && s < A.n_segs && task >= A.task_end[s - 1]) {
@@ -83,16 +97,36 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
       out = A.out[s];
       m = A.m[s];
       t0 = A.task_end[s - 1];
+      seg = s;
     }
   }
   const int64_t k = A.k;
   const int64_t row0 = (task - t0) * R;
   const int64_t k8 = k / 8;  // 16-byte chunks per row
+  // kRope, q and k: pair p = task - t0 is rows i and D/2 + i of head p / (D/2), i = p % (D/2).
+  int64_t row_step = 1, rope_row0 = row0;
+  float rope_pos = 0.0f, rope_freq = 0.0f;
+  int32_t rope_slot = -1;
+  if constexpr (kRope) {
+    const int half = A.rope.head_dim / 2;
+    const int64_t p = task - t0;
+    if (seg < 2) {
+      rope_row0 = p / half * (2 * half) + p % half;
+      row_step = half;
+    }
+    // (step metadata and model constants, loaded before the PDL wait for the epilogue)
+    if (active && kpart == 0 && lane == 0) {
+      rope_pos = static_cast<float>(A.rope.positions[0]);
+      if (seg < 2) rope_freq = A.rope.inv_freq[p % half];
+      if (seg > 0) rope_slot = A.rope.slots[0];
+    }
+  }
   const uint4* wr[RR];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     // Rows past m (last warp of a segment only) re-read row m - 1 and are never stored.
-    const int64_t row = row0 + r < m ? row0 + r : m - 1;
+    const int64_t rr = kRope ? rope_row0 + r * row_step : row0 + r;
+    const int64_t row = rr < m ? rr : m - 1;
     wr[r] = reinterpret_cast<const uint4*>(w + row * k);
     if constexpr (kGlu) wr[R + r] = reinterpret_cast<const uint4*>(A.w[1] + row * k);
   }
@@ -174,6 +208,35 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
   }
   EMBER_PROBE_MARK(4, 6, kGlu, A.n_tasks, A.k);
   if (!active) return;
+  if constexpr (kRope) {
+    // launch_rope_kv_store's arithmetic (same sincosf, factor and expressions) on the pair's sums.
+    if (lane != 0) return;
+    const int64_t i0 = rope_row0, i1 = rope_row0 + row_step;
+    float v0 = acc[0][0] + (bias ? bias[i0] : 0.0f), v1 = acc[1][0] + (bias ? bias[i1] : 0.0f);
+    if (seg < 2) {
+      float sn, cs;
+      sincosf(rope_pos * rope_freq, &sn, &cs);
+      cs = cs * A.rope.factor;
+      sn = sn * A.rope.factor;
+      const float r0 = v0 * cs - v1 * sn, r1 = v0 * sn + v1 * cs;
+      v0 = r0;
+      v1 = r1;
+    }
+    out[i0] = v0;
+    out[i1] = v1;
+    if (seg > 0 && rope_slot >= 0) {
+      void* cache = seg == 1 ? A.rope.k_cache : A.rope.v_cache;
+      const size_t c = static_cast<size_t>(rope_slot) * m;  // (k and v rows: whole kv heads)
+      if (A.rope.cache_bf16) {
+        static_cast<__nv_bfloat16*>(cache)[c + i0] = from_float<__nv_bfloat16>(v0);
+        static_cast<__nv_bfloat16*>(cache)[c + i1] = from_float<__nv_bfloat16>(v1);
+      } else {
+        static_cast<__half*>(cache)[c + i0] = from_float<__half>(v0);
+        static_cast<__half*>(cache)[c + i1] = from_float<__half>(v1);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -350,6 +413,16 @@ size_t hold_smem_if_fits(const MultiArgs& A) {
   return static_cast<int64_t>(smem) <= kGemvHoldMaxSmem && grid <= hold_resident_blocks<S>(smem) ? smem : 0;
 }
 
+// The rope epilogue's launch (variant 7's tiling at one row). Referenced here, ahead of the launch
+// templates below, so that its code lands after the other kernels' in the module and moves none
+// of them (docs/CUDA_NOTES.md "Session 30" on code placement).
+cudaError_t launch_rope(const MultiArgsRope& A, bool pdl, cudaStream_t stream) {
+  constexpr int kTasks = kWarps / 4;
+  const auto grid = static_cast<unsigned>((A.n_tasks + kTasks - 1) / kTasks);
+  return launch_kernel(gemv_bf16_kernel<1, 2, 4, false, false, 4, true>, dim3(grid), dim3(kWarps * 32), 0, stream, pdl,
+                       A);
+}
+
 template <int S>
 cudaError_t launch_hold(const MultiArgs& A, size_t smem, bool pdl, cudaStream_t stream) {
   const int64_t grid = (A.m[0] + 4 + 2 * S - 1) / (4 + 2 * S);
@@ -455,10 +528,36 @@ cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, f
   return launch_gemv_bf16_multi(&seg, 1, x, n, k, variant, pdl, stream);
 }
 
+bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int variant, int head_dim) {
+  if (n_segs != 3 || n != 1 || variant != 7 || head_dim <= 0 || head_dim % 2 != 0 || k % 8 != 0) return false;
+  for (int s = 0; s < 3; ++s)
+    if (segs[s].m <= 0 || segs[s].m % head_dim != 0) return false;
+  return segs[1].m == segs[2].m;
+}
+
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
-                                   int64_t k, int variant, bool pdl, cudaStream_t stream) {
+                                   int64_t k, int variant, bool pdl, cudaStream_t stream, const GemvRope* rope) {
   if (n_segs < 1 || n_segs > kGemvMaxSegs || variant < 0 || variant >= kGemvNumVariants)
     return cudaErrorInvalidValue;
+  if (rope && rope->head_dim > 0) {
+    if (!gemv_rope_takes(segs, n_segs, n, k, variant, rope->head_dim)) return cudaErrorInvalidValue;
+    MultiArgsRope A;
+    int64_t tasks = 0;
+    for (int s = 0; s < 3; ++s) {
+      A.w[s] = static_cast<const uint16_t*>(segs[s].w);
+      A.bias[s] = segs[s].bias;
+      A.out[s] = segs[s].out;
+      A.m[s] = segs[s].m;
+      tasks += segs[s].m / 2;
+      A.task_end[s] = tasks;
+    }
+    A.n_segs = 3;
+    A.n_tasks = tasks;
+    A.x = x;
+    A.k = k;
+    A.rope = *rope;
+    return launch_rope(A, pdl, stream);
+  }
   const int R = kGemvVariants[variant].rows_per_warp;
   MultiArgs A;
   int64_t tasks = 0;

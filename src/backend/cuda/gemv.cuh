@@ -3,6 +3,8 @@
 // once, with 16-byte streaming loads and several loads in flight per thread. One launch can
 // cover up to kGemvMaxSegs weight matrices that share the input (q/k/v, gate/up), and the
 // gate/up pair can apply the GLU in its epilogue.
+#include "backend/cuda/rope_epilogue.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -82,9 +84,16 @@ struct GemvSeg {
 // of x runs its own kernel on this GPU (false: it runs variant 7).
 bool gemv_hold_applies(int variant, int n, int64_t m, int64_t k);
 
+// Whether launch_gemv_bf16_multi takes the rope epilogue (rope_epilogue.h: a warp's two rows are
+// i and D/2 + i of a q or k head): one row of x, variant 7, three segments q, k, v of whole heads
+// (k and v of one size).
+bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int variant, int head_dim);
+
 // n_segs (1..kGemvMaxSegs) GEMVs over the same x in one launch (their rows form one grid).
+// rope (null or head_dim 0: none): the rope + K/V store epilogue (gemv_rope_takes).
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
-                                   int64_t k, int variant, bool pdl, cudaStream_t stream);
+                                   int64_t k, int variant, bool pdl, cudaStream_t stream,
+                                   const GemvRope* rope = nullptr);
 
 // out = act(x @ w_gate^T) * (x @ w_up^T), act SiLU or GeLU-tanh, in one launch: each warp
 // reads the same rows of both matrices. gate_out / up_out (may be null) also receive the

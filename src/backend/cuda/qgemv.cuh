@@ -18,6 +18,7 @@
 // The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) / Q8_0 (int8) with their
 // logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
 // backend reads them: is_packed / qformat_of in cuda_backend_impl.h).
+#include "backend/cuda/rope_epilogue.h"
 #include "backend/cuda/xnorm.h"
 
 #include <cuda_runtime.h>
@@ -103,27 +104,11 @@ struct QGemvSeg {
 };
 constexpr int kQGemvMaxSegs = 4;
 
-// The rope + K/V store epilogue of a one-row q/k/v GEMV (launch_qgemv_multi with the three
-// segments q, k, v, in that order): the kernel rotates q and k (neox pairs, the whole head) as
-// launch_rope_kv_store does, writes q, k and v as F32 like the plain GEMV, and stores the k and v
-// rows into a BF16 / F16 cache at their slots, so the decode attention after it needs no rope or
-// store of its own. Its tiles of q and k take rows 8j..8j+7 and D/2+8j..D/2+8j+7 of a head, so
-// that each rotated pair meets in one epilogue thread pair. head_dim 0: no such epilogue.
-struct QGemvRope {
-  const int32_t* positions = nullptr;  // device [n]
-  const float* inv_freq = nullptr;     // device [head_dim / 2]
-  const int32_t* slots = nullptr;      // device [n]; < 0: not stored
-  float factor = 1.0f;
-  int head_dim = 0;
-  void* k_cache = nullptr;  // [n_slots, k rows / head_dim, head_dim] (the k segment's m per slot)
-  void* v_cache = nullptr;
-  bool cache_bf16 = true;  // else F16
-};
-
-// Whether launch_qgemv_multi takes this rope epilogue: one row of x, three segments q, k, v whose
-// rows are whole heads (head_dim % 16 == 0, k and v of one size), none accumulated, and the staged
-// kernel's one-row path with the norm folded at k <= 4096 (the one a batch-1 decode step's q/k/v
-// GEMV takes), path Auto.
+// Whether launch_qgemv_multi takes the rope epilogue (rope_epilogue.h; its q and k tiles take
+// rows 8j..8j+7 and D/2+8j..D/2+8j+7 of a head, rows g and g + 8 of the mma tile): one row of x,
+// three segments q, k, v whose rows are whole heads (head_dim % 16 == 0, k and v of one size),
+// none accumulated, and the staged kernel's one-row path with the norm folded at k <= 4096 (the
+// one a batch-1 decode step's q/k/v GEMV takes), path Auto.
 bool qgemv_rope_takes(QFormat f, const QGemvSeg* segs, int n_segs, int n, int64_t k, const void* x,
                       const XNorm* norm, int head_dim);
 
@@ -148,10 +133,10 @@ bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* n
 
 // Up to kQGemvMaxSegs packed matrices of one format sharing x [n, k] F32, one launch.
 // norm (null or norm->w null: none): the matrices multiply rms_norm(x) (qgemv_takes_norm).
-// rope (null or head_dim 0: none): the rope + K/V store epilogue (QGemvRope; qgemv_rope_takes).
+// rope (null or head_dim 0: none): the rope + K/V store epilogue (GemvRope; qgemv_rope_takes).
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
-                               const XNorm* norm = nullptr, int cluster = 0, const QGemvRope* rope = nullptr);
+                               const XNorm* norm = nullptr, int cluster = 0, const GemvRope* rope = nullptr);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
@@ -203,7 +188,7 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
 // rope (null or head_dim 0: none): the rope epilogue, on the kernel qgemv_staged_rope_path says.
 // (Not a QGemvProblem field: every staged kernel's launch arguments would grow by it.)
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const QGemvRope* rope = nullptr);
+                                const GemvRope* rope = nullptr);
 // Whether launch_qgemv_staged runs a plain (no GLU) GEMV of n rows with the norm folded (norm)
 // on the kernel that has the rope epilogue (one row, the 4-unit ring, the norm staged at once).
 bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm);

@@ -96,7 +96,7 @@ struct SArgs : QGemvProblem {
 // The rope epilogue's kernels (kRope) take the rope's arguments too; the others keep SArgs alone
 // (launch arguments a kernel does not use have cost batch-1 speed before: session 29).
 struct SArgsRope : SArgs {
-  QGemvRope rope;
+  GemvRope rope;
 };
 template <bool kRope>
 using KernelArgs = std::conditional_t<kRope, SArgsRope, SArgs>;
@@ -271,7 +271,7 @@ __device__ __forceinline__ int seg_index(const SArgs& A, int tile) {
 // and k (segment index si < 2) rows 8j + r and D/2 + 8j + r - 8 of head tl / (D / 16), j = tl % (D /
 // 16): rows r and r + 8 of the tile are then one rotated (neox) pair, and the pair meets in
 // epilogue threads x and x ^ 2.
-__device__ __forceinline__ int64_t rope_tile_row(const QGemvRope& rp, int si, int tl, int r) {
+__device__ __forceinline__ int64_t rope_tile_row(const GemvRope& rp, int si, int tl, int r) {
   if (si < 2) {
     const int per_head = rp.head_dim / 16;
     return static_cast<int64_t>(tl / per_head) * rp.head_dim + 8 * (tl % per_head) + (r & 7) +
@@ -599,7 +599,7 @@ __device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg,
 // expressions), written as F32 like the plain GEMV, and k, v also into the cache at the slot.
 __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const TileOut& t, float y, float other, bool lo,
                                            float pos, float freq, int32_t slot) {
-  const QGemvRope& r = A.rope;
+  const GemvRope& r = A.rope;
   if (si < 2) {
     float sn, cs;
     sincosf(pos * freq, &sn, &cs);
@@ -624,7 +624,7 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // 78 KB kernel it came from did (502.8 -> 479.8 tok/s, H200, session 28 call 1), and
 // stage_x_norm_one's gain was mostly lost to that. Why is open (code fetch, or ptxas scheduling
 // the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
-// kRope: the rope + K/V store epilogue (QGemvRope; one batch row, S == 1, no cluster).
+// kRope: the rope + K/V store epilogue (GemvRope; one batch row, S == 1, no cluster).
 template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
@@ -1058,7 +1058,7 @@ bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm) {
 }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const QGemvRope* rope_args) {
+                                const GemvRope* rope_args) {
   const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
   if (c.plan.ring == 0) return cudaErrorInvalidValue;
   const bool rope = rope_args && rope_args->head_dim > 0;
