@@ -179,7 +179,7 @@ class CudaBackend final : public Backend, public CudaStep {
     const float* x_raw = nullptr;
     const float* input() const { return norm.w ? x_raw : x; }
     // The rope + K/V store of q, k, v (segments 0..2) in the GEMV's epilogue (kv_store sets it
-    // where qgemv_rope_takes; head_dim 0: none).
+    // where gemv_takes_rope: qgemv_rope_takes / gemv_rope_takes; head_dim 0: none).
     GemvRope rope;
   };
   // Whether the GEMV of pg_ (about to start on x [n, k] with weights of wtype) can fold the
