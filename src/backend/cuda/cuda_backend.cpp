@@ -894,14 +894,15 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
   // are launched in order by the next flush), so that kv_store may put the rope and the store
   // into the GEMV's epilogue: only with the positions in the step metadata and the frequencies
   // in device memory, which need no upload (one would go ahead of the pending GEMV).
+  MetaRef pos{positions, sizeof(int32_t) * static_cast<size_t>(n)};
+  const bool positions_in_step = lookup(positions, pos.bytes) != nullptr;
   const bool beside_gemv = fuse_ && pg_.count == 3 && gemv_rope_for(pg_.wtype) && pg_.n == 1 &&
                            n == 1 && pg_.segs[0].out == x.as<float>() && !pr_.active && !prs_active_ &&
-                           !pgm_.active && !pa_.active && !pn_.active && !pgl_.active &&
-                           lookup(positions, sizeof(int32_t)) != nullptr && on_device(p.inv_freq);
+                           !pgm_.active && !pa_.active && !pn_.active && !pgl_.active && positions_in_step &&
+                           on_device(p.inv_freq);
   if (!beside_gemv) flush();
   if (n == 0) return;
   // inv_freq is backend memory when the model uploaded it, host memory otherwise.
-  MetaRef pos{positions, sizeof(int32_t) * static_cast<size_t>(n)};
   MetaRef freq{p.inv_freq, sizeof(float) * static_cast<size_t>(p.rotary_dim / 2)};
   if (on_device(p.inv_freq)) {
     freq.dev = p.inv_freq;
@@ -911,7 +912,7 @@ void CudaBackend::rope(Tensor& x, const int32_t* positions, const RopeParams& p)
   }
   if (fuse_) {
     pr_ = PendingRope{true, x.as<float>(), n_heads, nullptr, 0, n, positions,
-                      static_cast<const int32_t*>(pos.dev), lookup(positions, pos.bytes) != nullptr,
+                      static_cast<const int32_t*>(pos.dev), positions_in_step,
                       static_cast<const float*>(freq.dev), p.inv_freq, p.head_dim, p.rotary_dim,
                       p.neox, p.attention_factor};
     return;
@@ -944,11 +945,10 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
   // (the slots may be a per-op upload only if the rope's positions and frequencies are not: it
   // would reuse their scratch before the fused kernel has read them)
   const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(n);
+  const auto* slots_in_step = static_cast<const int32_t*>(lookup(slots, slot_bytes));  // (null: a per-op upload)
   const bool fuse_rope = pr_.active && pr_.x2 == k.data && pr_.n == n && pr_.rotary_dim == pr_.head_dim &&
                          kv.k.dim(3) == pr_.head_dim && kv.k.dim(2) == pr_.n_heads2 && n > 0 &&
-                         (lookup(slots, slot_bytes) != nullptr ||
-                          (pr_.positions_in_step && pr_.inv_freq == pr_.host_inv_freq));
-  const int32_t* slots_in_step = static_cast<const int32_t*>(lookup(slots, slot_bytes));
+                         (slots_in_step || (pr_.positions_in_step && pr_.inv_freq == pr_.host_inv_freq));
   if (fuse_rope && gemv_takes_rope(kv, k.as<float>(), v.as<float>(), n, slots_in_step)) {
     pg_.rope = GemvRope{pr_.positions, pr_.inv_freq, slots_in_step, pr_.factor, pr_.head_dim,
                          kv.k.data, kv.v.data, kv.k.dtype == DType::BF16};
@@ -984,7 +984,7 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
     a.v_scales = kv.v_scales;
     // Held for the attention kernel when every pointer stays valid until it runs (step
     // metadata and model buffers, not the per-op upload scratch the next op may reuse).
-    const bool keep = attn_rope_ && !i8 && lookup(slots, slot_bytes) != nullptr && pr_.positions_in_step &&
+    const bool keep = attn_rope_ && !i8 && slots_in_step && pr_.positions_in_step &&
                       pr_.inv_freq == pr_.host_inv_freq;
     if (keep) {
       prs_ = a;

@@ -198,9 +198,8 @@ void CudaBackend::flush() {
       const GemvRope rope = pg_.rope;
       pg_.rope = GemvRope{};
       EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
-                                              rope.head_dim > 0 ? gemv_multi_variant(pg_.n, rows, pg_.k, count)
-                                                                : gemv_variant(pg_.n, rows, pg_.k),
-                                              /*pdl=*/true, stream_, rope.head_dim > 0 ? &rope : nullptr));
+                                              gemv_multi_variant(pg_.n, rows, pg_.k, count), /*pdl=*/true, stream_,
+                                              rope.head_dim > 0 ? &rope : nullptr));
     }
   }
   if (pa_.active) {

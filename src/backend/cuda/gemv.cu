@@ -539,25 +539,8 @@ cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float*
                                    int64_t k, int variant, bool pdl, cudaStream_t stream, const GemvRope* rope) {
   if (n_segs < 1 || n_segs > kGemvMaxSegs || variant < 0 || variant >= kGemvNumVariants)
     return cudaErrorInvalidValue;
-  if (rope && rope->head_dim > 0) {
-    if (!gemv_rope_takes(segs, n_segs, n, k, variant, rope->head_dim)) return cudaErrorInvalidValue;
-    MultiArgsRope A;
-    int64_t tasks = 0;
-    for (int s = 0; s < 3; ++s) {
-      A.w[s] = static_cast<const uint16_t*>(segs[s].w);
-      A.bias[s] = segs[s].bias;
-      A.out[s] = segs[s].out;
-      A.m[s] = segs[s].m;
-      tasks += segs[s].m / 2;
-      A.task_end[s] = tasks;
-    }
-    A.n_segs = 3;
-    A.n_tasks = tasks;
-    A.x = x;
-    A.k = k;
-    A.rope = *rope;
-    return launch_rope(A, pdl, stream);
-  }
+  const bool roped = rope && rope->head_dim > 0;
+  if (roped && !gemv_rope_takes(segs, n_segs, n, k, variant, rope->head_dim)) return cudaErrorInvalidValue;
   const int R = kGemvVariants[variant].rows_per_warp;
   MultiArgs A;
   int64_t tasks = 0;
@@ -577,6 +560,12 @@ cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float*
   A.n_tasks = tasks;
   A.x = x;
   A.k = k;
+  if (roped) {  // (gemv_rope_takes: three segments, variant 7's two rows a task)
+    MultiArgsRope Ar;
+    static_cast<MultiArgs&>(Ar) = A;
+    Ar.rope = *rope;
+    return launch_rope(Ar, pdl, stream);
+  }
   return dispatch<false>(n, variant, A, pdl, stream);
 }
 

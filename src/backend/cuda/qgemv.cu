@@ -350,27 +350,10 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
                                int cluster, const GemvRope* rope) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
-  if (rope && rope->head_dim > 0) {
-    if (path != QGemvPath::Auto || cluster > 1 ||
-        !qgemv_rope_takes(f, segs, n_segs, n, k, x, norm, rope->head_dim))
-      return cudaErrorInvalidValue;
-    QArgs A = base_args(f, x, n, k);
-    int tiles = 0;
-    for (int s = 0; s < 3; ++s) {
-      A.w[s] = static_cast<const uint8_t*>(segs[s].w);
-      A.scales[s] = scales_of(f, segs[s].w, segs[s].m, k);
-      A.bias[s] = segs[s].bias;
-      A.out[s] = segs[s].out;
-      A.m[s] = segs[s].m;
-      tiles += static_cast<int>(segs[s].m / 16);
-      A.tile_end[s] = tiles;
-    }
-    A.n_segs = 3;
-    A.n_tiles = tiles;
-    if (norm) A.norm = *norm;
-    A.cluster = 1;
-    return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, rope);
-  }
+  const bool roped = rope && rope->head_dim > 0;
+  if (roped &&
+      (path != QGemvPath::Auto || cluster > 1 || !qgemv_rope_takes(f, segs, n_segs, n, k, x, norm, rope->head_dim)))
+    return cudaErrorInvalidValue;
   QArgs A = base_args(f, x, n, k);
   int tiles = 0, used = 0;
   for (int s = 0; s < n_segs; ++s) {
@@ -390,6 +373,8 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   A.n_tiles = tiles;
   if (norm) A.norm = *norm;
   A.cluster = cluster;
+  // (qgemv_rope_takes: three segments of whole 16-row tiles, the staged kernel's path)
+  if (roped) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, rope);
   if (use_fp8_wg(path, f, n, k, cluster, qgemv_wg_kind(false, int64_t{tiles} * 16, norm && norm->w))) {
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/false, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
