@@ -287,9 +287,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const Mu
       const auto bytes = static_cast<uint32_t>(rows * k * 2);
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
       asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-              static_cast<uint32_t>(__cvta_generic_to_shared(s_w))),
-          "l"(w + smem_row0 * k), "r"(bytes), "r"(bar)
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+          "%4;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(s_w))),
+          "l"(w + smem_row0 * k), "r"(bytes), "r"(bar), "l"(l2_weights_policy())
           : "memory");
     } else {
       asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");

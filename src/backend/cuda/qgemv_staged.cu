@@ -179,9 +179,12 @@ StagedPlan plan_staged(QFormat f, bool glu, bool plain, int n, int64_t k, int fo
   return {};
 }
 
-// 16 bytes global -> shared (L2 only), one group per ring slot.
+// 16 bytes of weights global -> shared (L2 only, evict-first: l2_weights_policy), one group per
+// ring slot.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "l"(l2_weights_policy())
+               : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
