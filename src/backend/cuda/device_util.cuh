@@ -106,16 +106,16 @@ __device__ __forceinline__ float bf16x8_sum(uint4 o) {
 // to 16 GB (BF16) a step through a 50 MB L2, so with the default policy the stream evicts what
 // the step reads again (the K/V cache, the norm weights, the rope tables), whose DRAM latency then
 // sits on the critical path of the small kernels. Evict-first lines are replaced before the
-// others. (Not volatile: the compiler may create it once a kernel.) H100, batch-1 decode, against
-// the default policy in the same call: int4 486 -> 496 tok/s, fp8 313 -> 318, int8 320 -> 325, bf16
-// 179.8 -> 180.8 (docs/CUDA_NOTES.md "Session 39").
+// others. (Not volatile: the compiler may create it once a kernel.) Batch-1 decode against the
+// default policy in the same call: H200 int4 557 -> 565 tok/s, fp8 398 -> 404, bf16 239.6 -> 241.4;
+// H100 int4 486 -> 496, fp8 313 -> 318, int8 320 -> 325 (docs/CUDA_NOTES.md "Session 39").
 __device__ __forceinline__ uint64_t l2_weights_policy() {
   uint64_t p;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
 
-// 16-byte load that bypasses L1 allocation: weights are streamed once per GEMV.
+// 16-byte load of weights, streamed once per GEMV: no L1 allocation, evict-first in L2.
 __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"

@@ -235,25 +235,25 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
         static_cast<__half*>(cache)[c + i1] = from_float<__half>(v1);
       }
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int j = 0; j < N; ++j) {
-      const float v = KS > 1 ? acc[r][j] : warp_sum(acc[r][j]);
-      if constexpr (kGlu) {
-        const float u = KS > 1 ? acc[R + r][j] : warp_sum(acc[R + r][j]);
-        if (lane == 0 && row0 + r < m) {
-          const int64_t i = j * m + row0 + r;
-          if (A.gate_out) A.gate_out[i] = v;
-          if (A.up_out) A.up_out[i] = u;
-          A.glu_out[i] = glu_act(v, A.gelu) * u;
+      for (int j = 0; j < N; ++j) {
+        const float v = KS > 1 ? acc[r][j] : warp_sum(acc[r][j]);
+        if constexpr (kGlu) {
+          const float u = KS > 1 ? acc[R + r][j] : warp_sum(acc[R + r][j]);
+          if (lane == 0 && row0 + r < m) {
+            const int64_t i = j * m + row0 + r;
+            if (A.gate_out) A.gate_out[i] = v;
+            if (A.up_out) A.up_out[i] = u;
+            A.glu_out[i] = glu_act(v, A.gelu) * u;
+          }
+        } else {
+          if (lane == 0 && row0 + r < m) out[j * m + row0 + r] = v + (bias ? bias[row0 + r] : 0.0f);
         }
-      } else {
-        if (lane == 0 && row0 + r < m) out[j * m + row0 + r] = v + (bias ? bias[row0 + r] : 0.0f);
       }
-    }
+  }
 }
 
 // One-row GEMV whose blocks hold all of their weights before the PDL wait (variants 10, 11): a block
