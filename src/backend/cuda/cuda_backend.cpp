@@ -1021,7 +1021,7 @@ bool CudaBackend::gemv_takes_rope(const KvLayer& kv, const float* k, const float
     return false;
   if (pg_.wtype == DType::BF16) {
     const int64_t rows = pg_.segs[0].m + pg_.segs[1].m + pg_.segs[2].m;
-    return gemv_rope_takes(pg_.segs, 3, pg_.n, pg_.k, gemv_multi_variant(pg_.n, rows, pg_.k, 3), pr_.head_dim);
+    return gemv_rope_takes(pg_.segs, 3, pg_.n, pg_.k, gemv_variant(pg_.n, rows, pg_.k), pr_.head_dim);
   }
   QGemvSeg segs[3];
   for (int s = 0; s < 3; ++s)

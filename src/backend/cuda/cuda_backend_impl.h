@@ -460,12 +460,6 @@ class CudaBackend final : public Backend, public CudaStep {
     if (gemv_rope_ != -1) return gemv_rope_ == 1;
     return wtype == DType::BF16 ? gemv_hold_ == 0 : wtype != DType::Q8_0;
   }
-  // The BF16 GEMV variant a launch of n rows of x over matrices of m rows in all takes, with the
-  // hold variants as variant 7 where they do not apply (more than one matrix).
-  int gemv_multi_variant(int n, int64_t m, int64_t k, int n_segs) const {
-    const int v = gemv_variant(n, m, k);
-    return n_segs > 1 && (v == kGemvHoldVariant || v == kGemvHold2Variant) ? 7 : v;
-  }
   // Whether kv_store can hand pr_ (q's and k's rope) and the store of k, v into cache kv at
   // slots (device) to the pending q/k/v GEMV pg_.
   bool gemv_takes_rope(const KvLayer& kv, const float* k, const float* v, int64_t n, const int32_t* slots_dev) const;

@@ -181,24 +181,22 @@ void CudaBackend::flush() {
   if (pg_.count > 0) {
     const int count = pg_.count;
     pg_.count = 0;
+    const GemvRope rope = pg_.rope;
+    pg_.rope = GemvRope{};
     if (pg_.wtype != DType::BF16) {
       QGemvSeg q[kQGemvMaxSegs];
       for (int s = 0; s < count; ++s) {
         const GemvSeg& g = pg_.segs[s];
         q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
       }
-      const GemvRope rope = pg_.rope;
-      pg_.rope = GemvRope{};
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
                                           stream_, QGemvPath::Auto, &pg_.norm, 0,
                                           rope.head_dim > 0 ? &rope : nullptr));
     } else {
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
-      const GemvRope rope = pg_.rope;
-      pg_.rope = GemvRope{};
       EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
-                                              gemv_multi_variant(pg_.n, rows, pg_.k, count), /*pdl=*/true, stream_,
+                                              gemv_variant(pg_.n, rows, pg_.k), /*pdl=*/true, stream_,
                                               rope.head_dim > 0 ? &rope : nullptr));
     }
   }

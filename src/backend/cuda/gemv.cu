@@ -12,6 +12,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/probe.cuh"
+#include "backend/cuda/rope_epilogue.cuh"
 #include "backend/cuda/smem_limit.h"
 
 #include <mutex>
@@ -214,10 +215,8 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
     const int64_t i0 = rope_row0, i1 = rope_row0 + row_step;
     float v0 = acc[0][0] + (bias ? bias[i0] : 0.0f), v1 = acc[1][0] + (bias ? bias[i1] : 0.0f);
     if (seg < 2) {
-      float sn, cs;
-      sincosf(rope_pos * rope_freq, &sn, &cs);
-      cs = cs * A.rope.factor;
-      sn = sn * A.rope.factor;
+      float cs, sn;
+      rope_cos_sin(A.rope, rope_pos, rope_freq, cs, sn);
       const float r0 = v0 * cs - v1 * sn, r1 = v0 * sn + v1 * cs;
       v0 = r0;
       v1 = r1;
@@ -225,15 +224,9 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
     out[i0] = v0;
     out[i1] = v1;
     if (seg > 0 && rope_slot >= 0) {
-      void* cache = seg == 1 ? A.rope.k_cache : A.rope.v_cache;
       const size_t c = static_cast<size_t>(rope_slot) * m;  // (k and v rows: whole kv heads)
-      if (A.rope.cache_bf16) {
-        static_cast<__nv_bfloat16*>(cache)[c + i0] = from_float<__nv_bfloat16>(v0);
-        static_cast<__nv_bfloat16*>(cache)[c + i1] = from_float<__nv_bfloat16>(v1);
-      } else {
-        static_cast<__half*>(cache)[c + i0] = from_float<__half>(v0);
-        static_cast<__half*>(cache)[c + i1] = from_float<__half>(v1);
-      }
+      rope_cache_store(A.rope, seg, c + i0, v0);
+      rope_cache_store(A.rope, seg, c + i1, v1);
     }
   } else {
 #pragma unroll
@@ -529,7 +522,9 @@ cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, f
 }
 
 bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int variant, int head_dim) {
-  if (n_segs != 3 || n != 1 || variant != 7 || head_dim <= 0 || head_dim % 2 != 0 || k % 8 != 0) return false;
+  // (the hold variants run variant 7 for more than one matrix: launch_n)
+  const bool as_7 = variant == 7 || variant == kGemvHoldVariant || variant == kGemvHold2Variant;
+  if (n_segs != 3 || n != 1 || !as_7 || head_dim <= 0 || head_dim % 2 != 0 || k % 8 != 0) return false;
   for (int s = 0; s < 3; ++s)
     if (segs[s].m <= 0 || segs[s].m % head_dim != 0) return false;
   return segs[1].m == segs[2].m;

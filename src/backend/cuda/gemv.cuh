@@ -85,8 +85,8 @@ struct GemvSeg {
 bool gemv_hold_applies(int variant, int n, int64_t m, int64_t k);
 
 // Whether launch_gemv_bf16_multi takes the rope epilogue (rope_epilogue.h: a warp's two rows are
-// i and D/2 + i of a q or k head): one row of x, variant 7, three segments q, k, v of whole heads
-// (k and v of one size).
+// i and D/2 + i of a q or k head): one row of x, variant 7 (or a hold variant, which runs as 7 for
+// three matrices), three segments q, k, v of whole heads (k and v of one size).
 bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int variant, int head_dim);
 
 // n_segs (1..kGemvMaxSegs) GEMVs over the same x in one launch (their rows form one grid).

@@ -41,6 +41,7 @@
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/qgemm_common.cuh"
 #include "backend/cuda/probe.cuh"
+#include "backend/cuda/rope_epilogue.cuh"
 
 #include <cooperative_groups.h>
 
@@ -602,21 +603,14 @@ __device__ __forceinline__ void store_tile_result(const SArgs& A, const Seg& sg,
 // expressions), written as F32 like the plain GEMV, and k, v also into the cache at the slot.
 __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const TileOut& t, float y, float other, bool lo,
                                            float pos, float freq, int32_t slot) {
-  const GemvRope& r = A.rope;
   if (si < 2) {
-    float sn, cs;
-    sincosf(pos * freq, &sn, &cs);
-    cs = cs * r.factor;
-    sn = sn * r.factor;
+    float cs, sn;
+    rope_cos_sin(A.rope, pos, freq, cs, sn);
     y = lo ? y * cs - other * sn : other * sn + y * cs;
   }
   t.sg.out[t.col * t.sg.m + t.row] = y;
-  if (si > 0 && slot >= 0) {
-    const size_t i = static_cast<size_t>(slot) * t.sg.m + t.row;  // (k and v rows: whole kv heads)
-    void* cache = si == 1 ? r.k_cache : r.v_cache;
-    if (r.cache_bf16) static_cast<__nv_bfloat16*>(cache)[i] = from_float<__nv_bfloat16>(y);
-    else static_cast<__half*>(cache)[i] = from_float<__half>(y);
-  }
+  // (k and v rows: whole kv heads)
+  if (si > 0 && slot >= 0) rope_cache_store(A.rope, si, static_cast<size_t>(slot) * t.sg.m + t.row, y);
 }
 
 // kCl: the cluster split (A.cluster > 1) compiled in; the kernel without it is the one every
