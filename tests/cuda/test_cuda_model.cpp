@@ -8,6 +8,7 @@
 #include "../model/copy_blocks_check.h"
 #include "../model/softcap_check.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/qgemv.cuh"
 #include "core/npy.h"
 #include "engine/engine.h"
 #include "runner/decode_graph_shape.h"
@@ -1033,6 +1034,63 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
         ASSERT_TRUE(sd.step(*d, prompt, false, ld).is_ok());
         ASSERT_TRUE(sd.step(*d, {{argmax(ld.data(), vocab)}}, false, ld).is_ok());
         EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches(), 0u) << path << " " << format << " by default";
+      }
+    }
+  }
+}
+
+// The L2 prefetch of the next GEMV's weights (EMBER_CUDA_NEXT_L2: the down projection asks L2
+// for the next layer's q/k/v weights, as the previous step launched them) changes no result: a
+// prompt and ten graph-captured decode steps give the same logits bit for bit with it (at each
+// of its points, and with every GEMV prefetching its successor, =2) as without, and it ran
+// wherever the one-row down projection takes the prefetching kernel (fp8 / int8 on the fixtures;
+// int4 where d_ff > 4096: the 8B checkpoint of EMBER_CUDA_TEST_MODEL).
+TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::string> paths = {kFixtures + "/llama2/hf", kFixtures + "/mistral/hf"};
+  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) paths.push_back(dir);
+  for (const std::string& path : paths) {
+    if (!std::ifstream(path + "/config.json")) continue;
+    for (const char* format : {"int4", "fp8", "int8"}) {
+      const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
+      auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+      ASSERT_TRUE(b) << path;
+      const ModelConfig& c = b->config();
+      const cuda::QFormat qf = std::string(format) == "int4"   ? cuda::QFormat::Int4
+                               : std::string(format) == "int8" ? cuda::QFormat::Int8
+                                                               : cuda::QFormat::Fp8;
+      const bool takes = cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
+      const int vocab = b->vocab_size();
+      const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
+      std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without
+      {
+        Seqs sb(16, bpb, 1);
+        std::vector<float> lb;
+        ASSERT_TRUE(sb.step(*b, prompt, false, lb).is_ok());
+        want.push_back(lb);
+        for (int j = 0; j < n_decode; ++j) {
+          ASSERT_TRUE(sb.step(*b, {{argmax(lb.data(), vocab)}}, false, lb).is_ok());
+          want.push_back(lb);
+        }
+      }
+      EXPECT_EQ(cuda_step(b->backend())->next_l2_launches(), 0u) << path << " " << format << " by default";
+      for (const auto& [mode, when] : {std::pair{"1", "0"}, {"1", "1"}, {"1", "2"}, {"2", "0"}}) {
+        setenv("EMBER_CUDA_NEXT_L2", mode, 1);
+        setenv("EMBER_CUDA_NEXT_L2_WHEN", when, 1);
+        auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+        unsetenv("EMBER_CUDA_NEXT_L2");
+        unsetenv("EMBER_CUDA_NEXT_L2_WHEN");
+        ASSERT_TRUE(a) << path;
+        Seqs sa(16, bpb, 1);
+        std::vector<float> la;
+        ASSERT_TRUE(sa.step(*a, prompt, false, la).is_ok());
+        EXPECT_EQ(la, want[0]) << path << " " << format << " mode " << mode << " when " << when << " prompt";
+        for (int j = 0; j < n_decode; ++j) {
+          ASSERT_TRUE(sa.step(*a, {{argmax(want[j].data(), vocab)}}, false, la).is_ok());
+          EXPECT_EQ(la, want[j + 1]) << path << " " << format << " mode " << mode << " when " << when << " decode " << j;
+        }
+        const uint64_t ran = cuda_step(a->backend())->next_l2_launches();
+        EXPECT_EQ(ran > 0, takes) << path << " " << format << " mode " << mode << ": " << ran << " prefetching launches";
       }
     }
   }

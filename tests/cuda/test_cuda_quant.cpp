@@ -1016,6 +1016,83 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   }
 }
 
+// The L2 prefetch of the next GEMV's weights (QGemvPrefetch, EMBER_CUDA_NEXT_L2) is a hint: the
+// one-row GEMV that issues it (the staged kernel's plain 8-unit ring: a down projection, odd sizes
+// with a partly covered last tile, accumulating into out as the down projection does) writes the
+// same bits with it at each of its three points (when 0, 1, 2) as without, the next matrices are
+// unchanged, and launch_qgemv_multi ignores it where qgemv_prefetch_takes says no (two rows, the
+// norm folded, int4 at k <= 4096) and refuses a misaligned range.
+TEST(CudaQuant, GemvPrefetchChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    const int64_t m = 1000, k = 5000, mq = 640, mk = 128;  // (int4 at k 5000: 40 units, past the 4-unit ring)
+    ASSERT_TRUE(cuda::qgemv_prefetch_takes(qf, 1, m, k, false)) << f;
+    EXPECT_FALSE(cuda::qgemv_prefetch_takes(qf, 2, m, k, false)) << f;
+    EXPECT_FALSE(cuda::qgemv_prefetch_takes(qf, 1, m, k, true)) << f;
+    if (qf == cuda::QFormat::Int4) {
+      EXPECT_FALSE(cuda::qgemv_prefetch_takes(qf, 1, m, 4096, false));
+    }
+    Packed w = make_packed(f, m, k, 71);
+    Packed nq = make_packed(f, mq, 4096, 72), nk = make_packed(f, mk, 4096, 73), nv = make_packed(f, mk, 4096, 74);
+    const size_t next_bytes[3] = {cuda::qweight_bytes(qf, mq, 4096), cuda::qweight_bytes(qf, mk, 4096),
+                                  cuda::qweight_bytes(qf, mk, 4096)};
+    std::vector<uint8_t> before[3];
+    const void* next_p[3] = {nq.t.data, nk.t.data, nv.t.data};
+    for (int i = 0; i < 3; ++i) {
+      before[i].resize(next_bytes[i]);
+      backend()->download(before[i].data(), next_p[i], next_bytes[i]);
+    }
+    const auto acc0 = random_floats(static_cast<size_t>(2 * m), 75);
+    for (int n : {1, 2}) {
+      const auto xs = random_floats(static_cast<size_t>(n * k), 76 + n);
+      auto x = dev_floats(xs, {n, k});
+      const auto* xp = static_cast<const float*>(x.t.data);
+      auto run = [&](const cuda::QGemvPrefetch* pf) {
+        auto out = dev_floats(std::vector<float>(acc0.begin(), acc0.begin() + n * m), {n, m});
+        cuda::QGemvSeg seg{w.t.data, nullptr, static_cast<float*>(out.t.data), m, /*accumulate=*/true};
+        EXPECT_EQ(cuda::launch_qgemv_multi(qf, &seg, 1, xp, n, k, false, nullptr, cuda::QGemvPath::Auto, nullptr, 0,
+                                           nullptr, pf),
+                  cudaSuccess);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        return download_floats(out.t);
+      };
+      const std::vector<float> plain = run(nullptr);
+      std::vector<double> ref = reference(xs, w.dec, nullptr, n, m, k, true, gemv_x(f));
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] += acc0[i];
+      EXPECT_LE(rel(plain, ref), 1e-4) << f << " n " << n;
+      for (int when : {0, 1, 2}) {
+        cuda::QGemvPrefetch pf;
+        for (int i = 0; i < 3; ++i) {
+          pf.p[i] = next_p[i];
+          pf.bytes[i] = static_cast<uint32_t>(next_bytes[i] / 16 * 16);
+        }
+        pf.n = 3;
+        pf.when = when;
+        const std::vector<float> got = run(&pf);
+        EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), plain.size() * sizeof(float)))
+            << f << " n " << n << " when " << when;
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      std::vector<uint8_t> after(next_bytes[i]);
+      backend()->download(after.data(), next_p[i], next_bytes[i]);
+      EXPECT_EQ(after, before[i]) << f << " next matrix " << i;
+    }
+    cuda::QGemvPrefetch bad;
+    bad.p[0] = static_cast<const uint8_t*>(nq.t.data) + 8;
+    bad.bytes[0] = 4096;
+    bad.n = 1;
+    auto x = dev_floats(random_floats(static_cast<size_t>(k), 79), {1, k});
+    auto out = dev_tensor(DType::F32, {1, m});
+    cuda::QGemvSeg seg{w.t.data, nullptr, static_cast<float*>(out.t.data), m, false};
+    EXPECT_EQ(cuda::launch_qgemv_multi(qf, &seg, 1, static_cast<const float*>(x.t.data), 1, k, false, nullptr,
+                                       cuda::QGemvPath::Auto, nullptr, 0, nullptr, &bad),
+              cudaErrorInvalidValue)
+        << f;
+  }
+}
+
 // The q/k/v GEMV's rope + K/V store epilogue (GemvRope) against the same GEMV without it followed
 // by launch_rope_kv_store (the rope + store as the backend launches them apart; the attention's
 // prologue computes the same): the packed GEMV (int4 / fp8 / int8, the norm folded: the one-row

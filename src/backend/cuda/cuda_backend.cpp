@@ -110,6 +110,10 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_ROPE")) be->gemv_rope_ = std::strcmp(v, "0") == 0 ? 0 : 1;
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
+  if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
+  if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_WHEN")) be->next_l2_when_ = std::clamp(std::atoi(v), 0, 2);
+  if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
+    be->next_l2_cap_ = static_cast<size_t>(std::max(0L, std::atol(v))) * 1024;
   be->longest_first_ = switched_on("EMBER_CUDA_LONGEST_FIRST");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");

@@ -189,9 +189,10 @@ void CudaBackend::flush() {
         const GemvSeg& g = pg_.segs[s];
         q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
       }
+      const QGemvPrefetch* next = learn_next_gemv(count, rope.head_dim > 0);
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
                                           stream_, QGemvPath::Auto, &pg_.norm, 0,
-                                          rope.head_dim > 0 ? &rope : nullptr));
+                                          rope.head_dim > 0 ? &rope : nullptr, next));
     } else {
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
@@ -226,11 +227,43 @@ void CudaBackend::flush() {
   n_read_once_ = 0;  // a hint covers the ops up to its reader, never past a flush
 }
 
+const QGemvPrefetch* CudaBackend::learn_next_gemv(int count, bool roped) {
+  if (next_l2_ == 0) return nullptr;
+  const QFormat f = qformat_of(pg_.wtype);
+  if (last_gemv_w_ != nullptr) {
+    QGemvPrefetch next;
+    if (next_l2_ == 2 || count == 3) {
+      size_t total = 0;
+      for (int s = 0; s < count; ++s) total += qweight_bytes(f, pg_.segs[s].m, pg_.k);
+      const double keep = next_l2_cap_ > 0 && total > next_l2_cap_ ? static_cast<double>(next_l2_cap_) / total : 1.0;
+      for (int s = 0; s < count && s < kQGemvMaxSegs; ++s) {
+        const size_t whole = qweight_bytes(f, pg_.segs[s].m, pg_.k);
+        const size_t bytes = std::min<size_t>(static_cast<size_t>(whole * keep), UINT32_MAX) / 16 * 16;
+        if (bytes == 0 || reinterpret_cast<uintptr_t>(pg_.segs[s].w) % 16 != 0) continue;
+        next.p[next.n] = pg_.segs[s].w;
+        next.bytes[next.n] = static_cast<uint32_t>(bytes);
+        ++next.n;
+      }
+      next.when = next_l2_when_;
+    }
+    next_gemv_[last_gemv_w_] = next;
+  }
+  last_gemv_w_ = pg_.segs[0].w;
+  const auto it = next_gemv_.find(pg_.segs[0].w);
+  if (roped || it == next_gemv_.end() || it->second.n == 0) return nullptr;
+  int64_t rows = 0;
+  for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
+  if (!qgemv_prefetch_takes(f, pg_.n, rows, pg_.k, pg_.norm.w != nullptr)) return nullptr;
+  ++next_l2_launches_;
+  return &it->second;
+}
+
 // ---- step metadata ----
 
 void CudaBackend::set_step_metadata(const std::vector<HostArray>& arrays) {
   EMBER_CHECK(!capturing_, "set_step_metadata during a graph capture");
   flush();
+  last_gemv_w_ = nullptr;  // (learn_next_gemv: a step's first GEMV follows none)
   step_arrays_.clear();
   ++meta_epoch_;
   size_t total = 0;

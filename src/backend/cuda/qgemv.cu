@@ -328,6 +328,12 @@ bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* n
   return use_staged(path, f, n, k, false, true) && qgemv_staged_fits(f, n, k);
 }
 
+bool qgemv_prefetch_takes(QFormat f, int n, int64_t m, int64_t k, bool norm) {
+  if (n < 1 || n > kQGemvMaxBatch || k % 8 != 0) return false;
+  if (use_fp8_wg(QGemvPath::Auto, f, n, k, 0, qgemv_wg_kind(false, m, norm))) return false;
+  return use_staged(QGemvPath::Auto, f, n, k, false, norm) && qgemv_staged_prefetch_path(f, n, k, norm);
+}
+
 bool qgemv_supported(int n, int64_t k, const void* x) {
   return n >= 1 && n <= kQGemvMaxBatch && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
@@ -347,7 +353,7 @@ bool qgemv_rope_takes(QFormat f, const QGemvSeg* segs, int n_segs, int n, int64_
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                               int cluster, const GemvRope* rope) {
+                               int cluster, const GemvRope* rope, const QGemvPrefetch* prefetch) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   const bool roped = rope && rope->head_dim > 0;
@@ -379,7 +385,8 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/false, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
   }
-  if (use_staged(path, f, n, k, false, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream);
+  if (use_staged(path, f, n, k, false, norm && norm->w))
+    return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, nullptr, path == QGemvPath::Auto ? prefetch : nullptr);
   return launch<1>(f, A, pdl, stream);
 }
 

@@ -99,8 +99,12 @@ struct SArgs : QGemvProblem {
 struct SArgsRope : SArgs {
   GemvRope rope;
 };
-template <bool kRope>
-using KernelArgs = std::conditional_t<kRope, SArgsRope, SArgs>;
+// Likewise the kernels that prefetch the next GEMV's weights into L2 (kNext).
+struct SArgsNext : SArgs {
+  QGemvPrefetch next;
+};
+template <bool kRope, bool kNext = false>
+using KernelArgs = std::conditional_t<kRope, SArgsRope, std::conditional_t<kNext, SArgsNext, SArgs>>;
 
 // How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
 // Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
@@ -187,6 +191,31 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
                "l"(l2_weights_policy())
                : "memory");
 }
+// This block's slice of the next GEMV's weights (QGemvPrefetch) into L2, one bulk prefetch a
+// range it overlaps (thread 0 alone: the copy engine splits it into lines).
+__device__ __forceinline__ void l2_prefetch_share(const QGemvPrefetch& P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t total = 0;
+#pragma unroll
+  for (int i = 0; i < kQGemvMaxSegs; ++i)
+    if (i < P.n) total += P.bytes[i];
+  const uint64_t per = ((total + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+  const uint64_t lo = blockIdx.x * per, hi = min(lo + per, total);
+  uint64_t base = 0;
+#pragma unroll
+  for (int i = 0; i < kQGemvMaxSegs; ++i) {
+    if (i < P.n) {
+      const uint64_t s = max(lo, base), e = min(hi, base + P.bytes[i]);
+      if (s < e)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(static_cast<const uint8_t*>(P.p[i]) + (s - base)),
+                     "r"(static_cast<uint32_t>(e - s))
+                     : "memory");
+      base += P.bytes[i];
+    }
+  }
+#endif
+}
+
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_wait() {
@@ -622,9 +651,11 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // stage_x_norm_one's gain was mostly lost to that. Why is open (code fetch, or ptxas scheduling
 // the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
 // kRope: the rope + K/V store epilogue (GemvRope; one batch row, S == 1, no cluster).
-template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope> A) {
+// kNext: the L2 prefetch of the next GEMV's weights (QGemvPrefetch; plain GEMVs, no cluster).
+template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false>
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
+  static_assert(!kNext || (S == 1 && !kCl && !kRope), "the prefetch: plain GEMVs without the cluster split");
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
@@ -679,6 +710,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   pdl_wait();
   EMBER_PROBE_MARK(1, 2, kGlu, A.n_tiles * 16, A.k);
   pdl_launch_dependents();
+  if constexpr (kNext) {
+    if (A.next.when == 2 && threadIdx.x == 0) l2_prefetch_share(A.next);
+  }
   if constexpr (X == XStage::NormOne) {
     static_assert(sizeof(red) >= 1024 * sizeof(float), "stage_x_norm_one's sums of squares (k <= 4096)");
     stage_x_norm_one<F>(A, norm_w, smem, &red[0][0][0][0].x, s_part);
@@ -750,6 +784,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
       const int ntile = last ? tile + tile_stride : tile;
       const int nc = last ? 0 : c + 1;
       if (last && ntile < n_tiles) tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
+      if constexpr (kNext) {  // (the block's last chunk: every copy of its own issued)
+        if (A.next.when == 0 && last && ntile >= n_tiles && threadIdx.x == 0) l2_prefetch_share(A.next);
+      }
       // Units of slot p: warp + kWarps * (c * kStages + p) now, the same p of chunk nc next.
       const int u0 = warp + kWarps * c * kStages;
       const uint8_t* xb_c = xb_base + u0 * xb_step;
@@ -865,6 +902,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
     buf ^= 1;  // the next tile writes the other buffer; the barrier above orders the reuse
   }
   EMBER_PROBE_MARK(1, 7, kGlu, A.n_tiles * 16, A.k);
+  if constexpr (kNext) {
+    if (A.next.when == 1 && threadIdx.x == 0) l2_prefetch_share(A.next);
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCl) cooperative_groups::this_cluster().sync();  // no block leaves while its sums may be read
 #endif
@@ -917,18 +957,22 @@ auto staged_kernel(bool pair) {
   return pair ? qgemv_staged_kernel<F, S, 2, R, kCl, X> : qgemv_staged_kernel<F, S, 1, R, kCl, X>;
 }
 
-template <QFormat F, int S, int R>
-cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait) {
-  // Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for gate/up + GLU,
-  // 2 for the plain GEMVs (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs
-  // 3416 with 2; session 20 call 3, int4 with 1 -> 2: gate/up+GLU 3325 -> 3204, q/o 1453 ->
-  // 1514, q/k/v 1695 -> 1726, down 2405 -> 2460, lm_head 3053 -> 3073; call 7, the GLU with 2
-  // -> 1: batch-1 fp8 355 -> 359 tok/s, int8 365 -> 369).
+// Units per cp.async wait: EMBER_CUDA_QGEMV_PAIR=1 -> 2, =0 -> 1; unset: 1 for gate/up + GLU,
+// 2 for the plain GEMVs (H200: int4 gate/up+GLU 2772 vs 2601 GB/s with 1, fp8 lm_head 3657 vs
+// 3416 with 2; session 20 call 3, int4 with 1 -> 2: gate/up+GLU 3325 -> 3204, q/o 1453 ->
+// 1514, q/k/v 1695 -> 1726, down 2405 -> 2460, lm_head 3053 -> 3073; call 7, the GLU with 2
+// -> 1: batch-1 fp8 355 -> 359 tok/s, int8 365 -> 369).
+bool two_units_a_wait(int S) {
   static const int pair_env = [] {
     const char* e = std::getenv("EMBER_CUDA_QGEMV_PAIR");
     return e == nullptr ? -1 : std::strcmp(e, "0") != 0 ? 1 : 0;
   }();
-  const bool pair = !one_unit_a_wait && (pair_env < 0 ? S == 1 : pair_env == 1);
+  return pair_env < 0 ? S == 1 : pair_env == 1;
+}
+
+template <QFormat F, int S, int R>
+cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait) {
+  const bool pair = !one_unit_a_wait && two_units_a_wait(S);
   const int C = A.cluster;
   auto kernel = staged_kernel<F, S, R, false, XStage::Plain>(pair);
   if constexpr (R == 8) {  // (the cluster split and the block-wide folded norm take the 8-unit ring only)
@@ -1032,6 +1076,20 @@ StagedChoice choose_staged(QFormat f, bool glu, bool norm, int n, int64_t k, int
   return c;
 }
 
+// The kernels that prefetch the next GEMV's weights (kNext): one row, no norm, the 8-unit ring,
+// two units a wait (qgemv_staged_prefetch_path). (Referenced here, before the rope's, so that
+// their code lands after every other kernel's: see launch_rope_staged.)
+cudaError_t launch_next_staged(QFormat f, const SArgsNext& A, bool pdl, cudaStream_t stream) {
+  auto kernel = f == QFormat::Int4   ? qgemv_staged_kernel<QFormat::Int4, 1, 2, 8, false, XStage::Plain, false, true>
+                : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, true>
+                                     : qgemv_staged_kernel<QFormat::Fp8, 1, 2, 8, false, XStage::Plain, false, true>;
+  const size_t smem = staged_smem(f, 8, A.n, A.k);
+  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
+}
+
 // The rope epilogue's kernels (kRope): one row, the 4-unit ring, one unit a wait, the norm staged
 // at once (qgemv_staged_rope_path). (Referenced here, before launch_s instantiates the others, so
 // that their code lands after those kernels' in the module and moves none of them: see
@@ -1054,8 +1112,14 @@ bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm) {
   return norm && n == 1 && c.plan.ring > 0 && c.plan.cluster == 1 && c.x == XStage::NormOne && c.one_row_r4;
 }
 
+bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
+  const StagedChoice c = choose_staged(f, false, norm, n, k, 0);
+  return !norm && n == 1 && c.plan.ring == 8 && c.plan.cluster == 1 && c.x == XStage::Plain && c.ring == 8 &&
+         two_units_a_wait(1);
+}
+
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope_args) {
+                                const GemvRope* rope_args, const QGemvPrefetch* prefetch) {
   const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
   if (c.plan.ring == 0) return cudaErrorInvalidValue;
   const bool rope = rope_args && rope_args->head_dim > 0;
@@ -1078,6 +1142,19 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     static_cast<SArgs&>(R) = A;
     R.rope = *rope_args;
     return launch_rope_staged(f, R, pdl, stream);
+  }
+  if (prefetch && prefetch->n > 0) {  // (a misformed hint is the caller's bug, not ignored)
+    if (prefetch->n > kQGemvMaxSegs) return cudaErrorInvalidValue;
+    for (int i = 0; i < prefetch->n; ++i)
+      if (reinterpret_cast<uintptr_t>(prefetch->p[i]) % 16 != 0 || prefetch->bytes[i] % 16 != 0)
+        return cudaErrorInvalidValue;
+  }
+  if (prefetch && prefetch->n > 0 && !glu && p.cluster == 0 &&
+      qgemv_staged_prefetch_path(f, p.n, p.k, p.norm.w != nullptr)) {
+    SArgsNext N;
+    static_cast<SArgs&>(N) = A;
+    N.next = *prefetch;
+    return launch_next_staged(f, N, pdl, stream);
   }
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
   return ring == 4 ? launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/one_row_r4)
