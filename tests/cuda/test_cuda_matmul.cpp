@@ -167,6 +167,87 @@ TEST(CudaMatmul, GemvHoldVariantEqualsVariant7) {
   }
 }
 
+// The BF16 GEMV's L2 prefetch of the next GEMV's weights (L2Prefetch, EMBER_CUDA_NEXT_L2) is a
+// hint: variant 7 at one row (the down projection's kernel) writes the same bits with it (when 1,
+// 2, and 0, which the BF16 kernel takes as 1) as without, over a grid larger than the GPU holds
+// at once (only its last wave asks) and one smaller (every block asks), with two matrices sharing
+// the grid; the next matrices stay unchanged; two rows and the hold kernel ignore it
+// (gemv_prefetch_takes); a misaligned range is refused.
+TEST(CudaMatmul, GemvPrefetchChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t m, k;
+  };
+  const int64_t mn = 777, kn = 4096;  // the next matrices: 777 x 4096 twice
+  std::vector<Tensor> next_w;
+  for (int i = 0; i < 2; ++i) {
+    auto nf = random_floats(mn * kn, 330 + i);
+    auto nw = backend()->prepare_weight(make_tensor(nf.data(), DType::F32, {mn, kn}));
+    ASSERT_TRUE(nw.is_ok());
+    next_w.push_back(*nw);
+  }
+  std::vector<uint8_t> before[2];
+  for (int i = 0; i < 2; ++i) {
+    before[i].resize(static_cast<size_t>(mn * kn * 2));
+    backend()->download(before[i].data(), next_w[i].data, before[i].size());
+  }
+  EXPECT_FALSE(cuda::gemv_prefetch_takes(7, 2, 1, 4096, 4096));
+  EXPECT_FALSE(cuda::gemv_prefetch_takes(cuda::kGemvHold2Variant, 1, 1, 4096, 4096));  // (the hold kernel runs)
+  for (const Shape sh : {Shape{6000, 2056}, Shape{1003, 14336}}) {
+    ASSERT_TRUE(cuda::gemv_prefetch_takes(7, 1, 2, sh.m, sh.k));
+    auto wf = random_floats(sh.m * sh.k, 320, -0.5f, 0.5f);
+    auto w = backend()->prepare_weight(make_tensor(wf.data(), DType::F32, {sh.m, sh.k}));
+    ASSERT_TRUE(w.is_ok());
+    auto x = random_floats(sh.k, 321);
+    DevTensor dx = dev_floats(x, {1, sh.k});
+    auto run = [&](const cuda::L2Prefetch* pf) {
+      DevTensor o1 = dev_tensor(DType::F32, {1, sh.m}), o2 = dev_tensor(DType::F32, {1, 5});
+      cuda::GemvSeg segs[2];
+      segs[0].w = w->data;
+      segs[0].out = o1.t.as<float>();
+      segs[0].m = sh.m;
+      segs[1].w = w->data;  // (five rows of the same matrix as a second segment)
+      segs[1].out = o2.t.as<float>();
+      segs[1].m = 5;
+      EXPECT_EQ(cuda::launch_gemv_bf16_multi(segs, 2, dx.t.as<float>(), 1, sh.k, 7, /*pdl=*/true, nullptr, nullptr, pf),
+                cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> out = download_floats(o1.t), tail = download_floats(o2.t);
+      out.insert(out.end(), tail.begin(), tail.end());
+      return out;
+    };
+    const std::vector<float> plain = run(nullptr);
+    for (int when : {0, 1, 2}) {
+      cuda::L2Prefetch pf;
+      for (int i = 0; i < 2; ++i) {
+        pf.p[i] = next_w[i].data;
+        pf.bytes[i] = static_cast<uint32_t>(mn * kn * 2);
+      }
+      pf.n = 2;
+      pf.when = when;
+      const std::vector<float> got = run(&pf);
+      EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), plain.size() * sizeof(float)))
+          << sh.m << " x " << sh.k << " when " << when;
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::vector<uint8_t> after(before[i].size());
+    backend()->download(after.data(), next_w[i].data, after.size());
+    EXPECT_EQ(after, before[i]) << "next matrix " << i;
+  }
+  cuda::L2Prefetch bad;
+  bad.p[0] = static_cast<const uint8_t*>(next_w[0].data) + 8;
+  bad.bytes[0] = 4096;
+  bad.n = 1;
+  DevTensor dx = dev_floats(random_floats(kn, 322), {1, kn}), o = dev_tensor(DType::F32, {1, mn});
+  cuda::GemvSeg seg;
+  seg.w = next_w[1].data;
+  seg.out = o.t.as<float>();
+  seg.m = mn;
+  EXPECT_EQ(cuda::launch_gemv_bf16_multi(&seg, 1, dx.t.as<float>(), 1, kn, 7, true, nullptr, nullptr, &bad),
+            cudaErrorInvalidValue);
+}
+
 // A chain of programmatic dependent launches where each GEMV reads the previous one's output:
 // the early weight loads must not let x be read before its producer finished.
 TEST(CudaMatmul, GemvPdlChainWaitsForProducer) {

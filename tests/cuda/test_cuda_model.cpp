@@ -8,6 +8,7 @@
 #include "../model/copy_blocks_check.h"
 #include "../model/softcap_check.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemv.cuh"
 #include "core/npy.h"
 #include "engine/engine.h"
@@ -1043,23 +1044,24 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
 // for the next layer's q/k/v weights, as the previous step launched them) changes no result: a
 // prompt and ten graph-captured decode steps give the same logits bit for bit with it (at each
 // of its points, and with every GEMV prefetching its successor, =2) as without, and it ran
-// wherever the one-row down projection takes the prefetching kernel (fp8 / int8 on the fixtures;
-// int4 where d_ff > 4096: the 8B checkpoint of EMBER_CUDA_TEST_MODEL).
+// wherever the one-row down projection takes the prefetching kernel (BF16, fp8 and int8 on the
+// fixtures; int4 where d_ff > 4096: the 8B checkpoint of EMBER_CUDA_TEST_MODEL).
 TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
   SKIP_WITHOUT_GPU();
   std::vector<std::string> paths = {kFixtures + "/llama2/hf", kFixtures + "/mistral/hf"};
   if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) paths.push_back(dir);
   for (const std::string& path : paths) {
     if (!std::ifstream(path + "/config.json")) continue;
-    for (const char* format : {"int4", "fp8", "int8"}) {
+    for (const char* format : {"int4", "fp8", "int8", "auto"}) {  // (auto: BF16 weights)
       const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
       auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
       ASSERT_TRUE(b) << path;
       const ModelConfig& c = b->config();
-      const cuda::QFormat qf = std::string(format) == "int4"   ? cuda::QFormat::Int4
-                               : std::string(format) == "int8" ? cuda::QFormat::Int8
-                                                               : cuda::QFormat::Fp8;
-      const bool takes = cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
+      const std::string fs = format;
+      const cuda::QFormat qf = fs == "int4" ? cuda::QFormat::Int4 : fs == "int8" ? cuda::QFormat::Int8 : cuda::QFormat::Fp8;
+      const bool takes = fs == "auto" ? cuda::gemv_prefetch_takes(cuda::gemv_pick_variant(1, c.d_model, c.d_ff), 1, 1,
+                                                                  c.d_model, c.d_ff)
+                                      : cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
       const int vocab = b->vocab_size();
       const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
       std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without

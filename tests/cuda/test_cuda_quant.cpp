@@ -1016,7 +1016,7 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   }
 }
 
-// The L2 prefetch of the next GEMV's weights (QGemvPrefetch, EMBER_CUDA_NEXT_L2) is a hint: the
+// The L2 prefetch of the next GEMV's weights (L2Prefetch, EMBER_CUDA_NEXT_L2) is a hint: the
 // one-row GEMV that issues it (the staged kernel's plain 8-unit ring: a down projection, odd sizes
 // with a partly covered last tile, accumulating into out as the down projection does) writes the
 // same bits with it at each of its three points (when 0, 1, 2) as without, the next matrices are
@@ -1048,7 +1048,7 @@ TEST(CudaQuant, GemvPrefetchChangesNothing) {
       const auto xs = random_floats(static_cast<size_t>(n * k), 76 + n);
       auto x = dev_floats(xs, {n, k});
       const auto* xp = static_cast<const float*>(x.t.data);
-      auto run = [&](const cuda::QGemvPrefetch* pf) {
+      auto run = [&](const cuda::L2Prefetch* pf) {
         auto out = dev_floats(std::vector<float>(acc0.begin(), acc0.begin() + n * m), {n, m});
         cuda::QGemvSeg seg{w.t.data, nullptr, static_cast<float*>(out.t.data), m, /*accumulate=*/true};
         EXPECT_EQ(cuda::launch_qgemv_multi(qf, &seg, 1, xp, n, k, false, nullptr, cuda::QGemvPath::Auto, nullptr, 0,
@@ -1062,7 +1062,7 @@ TEST(CudaQuant, GemvPrefetchChangesNothing) {
       for (size_t i = 0; i < ref.size(); ++i) ref[i] += acc0[i];
       EXPECT_LE(rel(plain, ref), 1e-4) << f << " n " << n;
       for (int when : {0, 1, 2}) {
-        cuda::QGemvPrefetch pf;
+        cuda::L2Prefetch pf;
         for (int i = 0; i < 3; ++i) {
           pf.p[i] = next_p[i];
           pf.bytes[i] = static_cast<uint32_t>(next_bytes[i] / 16 * 16);
@@ -1079,7 +1079,7 @@ TEST(CudaQuant, GemvPrefetchChangesNothing) {
       backend()->download(after.data(), next_p[i], next_bytes[i]);
       EXPECT_EQ(after, before[i]) << f << " next matrix " << i;
     }
-    cuda::QGemvPrefetch bad;
+    cuda::L2Prefetch bad;
     bad.p[0] = static_cast<const uint8_t*>(nq.t.data) + 8;
     bad.bytes[0] = 4096;
     bad.n = 1;

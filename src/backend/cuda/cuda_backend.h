@@ -70,7 +70,7 @@ class CudaStep {
   // qgemv.cuh; a captured launch counts once, at capture): tests check that the path ran.
   virtual uint64_t gemv_rope_launches() const = 0;
   // Launches so far of a packed GEMV that prefetched the next GEMV's weights into L2
-  // (EMBER_CUDA_NEXT_L2; QGemvPrefetch in qgemv.cuh; counted as gemv_rope_launches is).
+  // (EMBER_CUDA_NEXT_L2; L2Prefetch in l2_prefetch.h; counted as gemv_rope_launches is).
   virtual uint64_t next_l2_launches() const = 0;
 
   virtual Result<GpuMemoryInfo> memory_info() = 0;

@@ -461,24 +461,26 @@ class CudaBackend final : public Backend, public CudaStep {
     if (gemv_rope_ != -1) return gemv_rope_ == 1;
     return wtype == DType::BF16 ? gemv_hold_ == 0 : wtype != DType::Q8_0;
   }
-  // The L2 prefetch of the next GEMV's weights (QGemvPrefetch; docs/CUDA_NOTES.md "Session 40":
-  // built without a GPU, off by default until measured). EMBER_CUDA_NEXT_L2=1: a packed GEMV
-  // that qgemv_prefetch_takes (a batch-1 step's down projection) prefetches the q/k/v GEMV (three
-  // matrices) that followed it last; =2: whatever packed GEMV followed it. EMBER_CUDA_NEXT_L2_WHEN:
-  // QGemvPrefetch::when (default 0); EMBER_CUDA_NEXT_L2_KB: at most that many KiB of the next
-  // weights, each matrix cut in proportion (default: all).
+  // The L2 prefetch of the next GEMV's weights (L2Prefetch; docs/CUDA_NOTES.md "Session 40":
+  // built without a GPU, off by default until measured). EMBER_CUDA_NEXT_L2=1: a GEMV that takes
+  // it (qgemv_prefetch_takes, gemv_prefetch_takes: a batch-1 step's down projection) prefetches
+  // the q/k/v GEMV (three matrices) that followed it last; =2: whatever GEMV followed it.
+  // EMBER_CUDA_NEXT_L2_WHEN: L2Prefetch::when (default 0); EMBER_CUDA_NEXT_L2_KB: at most that many
+  // KiB of the next weights, each matrix cut in proportion (default: all).
   int next_l2_ = 0;
   int next_l2_when_ = 0;
   size_t next_l2_cap_ = 0;  // bytes; 0: all
-  // Which packed GEMV followed which (by their first matrices), as flush launched them: eager
-  // steps learn it (each decode graph's shape runs one before its capture), so a GEMV knows its
-  // successor's weights when it launches. last_gemv_w_: the packed GEMV launched last this step.
-  std::unordered_map<const void*, QGemvPrefetch> next_gemv_;
+  // Which GEMV followed which (by their first matrices), as flush launched them: eager steps learn
+  // it (each decode graph's shape runs one before its capture), so a GEMV knows its successor's
+  // weights when it launches. last_gemv_w_: the GEMV launched last this step.
+  std::unordered_map<const void*, L2Prefetch> next_gemv_;
   const void* last_gemv_w_ = nullptr;
   uint64_t next_l2_launches_ = 0;
-  // Records pg_ (count matrices, about to launch) as the successor of the packed GEMV before it;
-  // returns the prefetch pg_'s launch takes (its own successor's weights, as learned) or null.
-  const QGemvPrefetch* learn_next_gemv(int count, bool roped);
+  // Records pg_ (count matrices, about to launch) as the successor of the GEMV before it; returns
+  // pg_'s own successor's weights as learned (null: none, or roped: the epilogue's kernels take no
+  // prefetch). counted_prefetch: next where the launch takes it (counted), else null.
+  const L2Prefetch* learn_next_gemv(int count, bool roped);
+  const L2Prefetch* counted_prefetch(const L2Prefetch* next, bool takes);
   // Whether kv_store can hand pr_ (q's and k's rope) and the store of k, v into cache kv at
   // slots (device) to the pending q/k/v GEMV pg_.
   bool gemv_takes_rope(const KvLayer& kv, const float* k, const float* v, int64_t n, const int32_t* slots_dev) const;

@@ -189,16 +189,23 @@ void CudaBackend::flush() {
         const GemvSeg& g = pg_.segs[s];
         q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
       }
-      const QGemvPrefetch* next = learn_next_gemv(count, rope.head_dim > 0);
+      const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
+      if (next) {
+        int64_t rows = 0;
+        for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
+        next = counted_prefetch(next, qgemv_prefetch_takes(qformat_of(pg_.wtype), pg_.n, rows, pg_.k, pg_.norm.w != nullptr));
+      }
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
                                           stream_, QGemvPath::Auto, &pg_.norm, 0,
                                           rope.head_dim > 0 ? &rope : nullptr, next));
     } else {
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
-      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k,
-                                              gemv_variant(pg_.n, rows, pg_.k), /*pdl=*/true, stream_,
-                                              rope.head_dim > 0 ? &rope : nullptr));
+      const int variant = gemv_variant(pg_.n, rows, pg_.k);
+      const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
+      if (next) next = counted_prefetch(next, gemv_prefetch_takes(variant, pg_.n, count, pg_.segs[0].m, pg_.k));
+      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, variant, /*pdl=*/true, stream_,
+                                              rope.head_dim > 0 ? &rope : nullptr, next));
     }
   }
   if (pa_.active) {
@@ -227,17 +234,20 @@ void CudaBackend::flush() {
   n_read_once_ = 0;  // a hint covers the ops up to its reader, never past a flush
 }
 
-const QGemvPrefetch* CudaBackend::learn_next_gemv(int count, bool roped) {
+const L2Prefetch* CudaBackend::learn_next_gemv(int count, bool roped) {
   if (next_l2_ == 0) return nullptr;
-  const QFormat f = qformat_of(pg_.wtype);
+  auto bytes_of = [&](int s) {  // the matrix's bytes on the device
+    return pg_.wtype == DType::BF16 ? static_cast<size_t>(pg_.segs[s].m * pg_.k) * 2
+                                    : qweight_bytes(qformat_of(pg_.wtype), pg_.segs[s].m, pg_.k);
+  };
   if (last_gemv_w_ != nullptr) {
-    QGemvPrefetch next;
+    L2Prefetch next;
     if (next_l2_ == 2 || count == 3) {
       size_t total = 0;
-      for (int s = 0; s < count; ++s) total += qweight_bytes(f, pg_.segs[s].m, pg_.k);
+      for (int s = 0; s < count; ++s) total += bytes_of(s);
       const double keep = next_l2_cap_ > 0 && total > next_l2_cap_ ? static_cast<double>(next_l2_cap_) / total : 1.0;
-      for (int s = 0; s < count && s < kQGemvMaxSegs; ++s) {
-        const size_t whole = qweight_bytes(f, pg_.segs[s].m, pg_.k);
+      for (int s = 0; s < count && s < kL2PrefetchRanges; ++s) {
+        const size_t whole = bytes_of(s);
         const size_t bytes = std::min<size_t>(static_cast<size_t>(whole * keep), UINT32_MAX) / 16 * 16;
         if (bytes == 0 || reinterpret_cast<uintptr_t>(pg_.segs[s].w) % 16 != 0) continue;
         next.p[next.n] = pg_.segs[s].w;
@@ -251,11 +261,13 @@ const QGemvPrefetch* CudaBackend::learn_next_gemv(int count, bool roped) {
   last_gemv_w_ = pg_.segs[0].w;
   const auto it = next_gemv_.find(pg_.segs[0].w);
   if (roped || it == next_gemv_.end() || it->second.n == 0) return nullptr;
-  int64_t rows = 0;
-  for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
-  if (!qgemv_prefetch_takes(f, pg_.n, rows, pg_.k, pg_.norm.w != nullptr)) return nullptr;
-  ++next_l2_launches_;
   return &it->second;
+}
+
+const L2Prefetch* CudaBackend::counted_prefetch(const L2Prefetch* next, bool takes) {
+  if (!takes) return nullptr;
+  ++next_l2_launches_;
+  return next;
 }
 
 // ---- step metadata ----

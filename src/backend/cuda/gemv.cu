@@ -11,6 +11,7 @@
 // of a decode step.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/probe.cuh"
 #include "backend/cuda/rope_epilogue.cuh"
 #include "backend/cuda/smem_limit.h"
@@ -61,17 +62,39 @@ struct MultiArgs {
 struct MultiArgsRope : MultiArgs {
   GemvRope rope;
 };
-template <bool kRope>
-using GemvArgs = std::conditional_t<kRope, MultiArgsRope, MultiArgs>;
+// Likewise the kernel that prefetches the next GEMV's weights into L2 (kNext): the blocks from
+// next_first_block on (the last wave, resident as the grid drains) each take a slice.
+struct MultiArgsNext : MultiArgs {
+  L2Prefetch next;
+  int64_t next_first_block = 0;
+};
+template <bool kRope, bool kNext = false>
+using GemvArgs = std::conditional_t<kRope, MultiArgsRope, std::conditional_t<kNext, MultiArgsNext, MultiArgs>>;
+
+// (kNext only: the other kernels' arguments have no such fields)
+template <typename Args>
+__device__ __forceinline__ int64_t next_first_block_of(const Args& A) {
+  if constexpr (std::is_same_v<Args, MultiArgsNext>) return A.next_first_block;
+  return 0;
+}
+template <typename Args>
+__device__ __forceinline__ void prefetch_next(const Args& A) {
+  if constexpr (std::is_same_v<Args, MultiArgsNext>)
+    l2_prefetch_slice(A.next, static_cast<uint32_t>(blockIdx.x - A.next_first_block));
+}
 
 // Batch-1 plain GEMVs at four blocks an SM (64 registers; 70 gave three): more of a grid of
 // 1,024-1,536 blocks is resident, streaming its rows, when the previous kernel drains (H200,
 // session 26: batch-1 bf16 235.5 -> 236.6 tok/s in three alternated pairs, down 32 -> 30.5 us).
 // kRope (N == 1, R == 2, KS > 1, three segments q, k, v): the rope + K/V store epilogue
 // (rope_epilogue.h); a warp task of q or k takes rows i and D/2 + i of a head, the rotated pair.
-template <int N, int R, int U, bool kSmemX, bool kGlu, int KS, bool kRope = false>
-__global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_bf16_kernel(const GemvArgs<kRope> A) {
+// kNext (variant 7 at one row): the L2 prefetch of the next GEMV's weights (L2Prefetch), by the
+// grid's last blocks after their wait (when 2) or after their sums (0, 1).
+template <int N, int R, int U, bool kSmemX, bool kGlu, int KS, bool kRope = false, bool kNext = false>
+__global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1)
+    gemv_bf16_kernel(const GemvArgs<kRope, kNext> A) {
   static_assert(!kRope || (N == 1 && R == 2 && KS > 1 && !kGlu), "the rope epilogue: one row, two rows a warp");
+  static_assert(!kNext || (N == 1 && R == 2 && KS == 4 && !kGlu && !kRope), "the prefetch: variant 7 at one row");
   constexpr int RR = kGlu ? 2 * R : R;  // weight rows per warp (gate rows, then up rows)
   constexpr bool kAllWarps = kSmemX || KS > 1;  // every warp reaches the block barriers
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -155,6 +178,10 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
   pdl_wait();  // no-op without a dependency
   EMBER_PROBE_MARK(4, 2, kGlu, A.n_tasks, A.k);
   pdl_launch_dependents();
+  // (kNext: thread 0 of each block from next_first_block on asks for its slice)
+  if constexpr (kNext) {
+    if (A.next.when == 2 && threadIdx.x == 0 && blockIdx.x >= next_first_block_of(A)) prefetch_next(A);
+  }
   const float* x = A.x;
   extern __shared__ float4 s_x[];  // [N * k / 4] when kSmemX
   if constexpr (kSmemX) {
@@ -208,6 +235,9 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1) gemv_b
       }
   }
   EMBER_PROBE_MARK(4, 6, kGlu, A.n_tasks, A.k);
+  if constexpr (kNext) {  // (when 0 as 1: a check inside the loop above made ptxas spill at 64 registers)
+    if (A.next.when != 2 && threadIdx.x == 0 && blockIdx.x >= next_first_block_of(A)) prefetch_next(A);
+  }
   if (!active) return;
   if constexpr (kRope) {
     // launch_rope_kv_store's arithmetic (same sincosf, factor and expressions) on the pair's sums.
@@ -406,6 +436,38 @@ size_t hold_smem_if_fits(const MultiArgs& A) {
   return static_cast<int64_t>(smem) <= kGemvHoldMaxSmem && grid <= hold_resident_blocks<S>(smem) ? smem : 0;
 }
 
+// Blocks of the prefetching kernel the GPU holds at once (cached per device).
+int next_resident_blocks() {
+  static std::mutex mu;
+  static int known[64] = {};  // 0 unknown
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (known[dev] == 0) {
+    int per_sm = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_bf16_kernel<1, 2, 4, false, false, 4, false, true>,
+                                                      kWarps * 32, 0) != cudaSuccess)
+      return 0;
+    known[dev] = per_sm * sms;
+  }
+  return known[dev];
+}
+
+// The prefetching launch (variant 7's tiling at one row; gemv_prefetch_takes): the last
+// next_resident_blocks() blocks of the grid ask for the slices. Referenced ahead of the rope's, so
+// that its code lands after every other kernel's (below).
+cudaError_t launch_next(MultiArgsNext& A, bool pdl, cudaStream_t stream) {
+  constexpr int kTasks = kWarps / 4;
+  const int64_t grid = (A.n_tasks + kTasks - 1) / kTasks;
+  const int resident = next_resident_blocks();
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  A.next_first_block = grid > resident ? grid - resident : 0;
+  A.next = l2_prefetch_plan(A.next, static_cast<uint32_t>(grid - A.next_first_block));
+  return launch_kernel(gemv_bf16_kernel<1, 2, 4, false, false, 4, false, true>, dim3(static_cast<unsigned>(grid)),
+                       dim3(kWarps * 32), 0, stream, pdl, A);
+}
+
 // The rope epilogue's launch (variant 7's tiling at one row). Referenced here, ahead of the launch
 // templates below, so that its code lands after the other kernels' in the module and moves none
 // of them (docs/CUDA_NOTES.md "Session 30" on code placement).
@@ -521,6 +583,13 @@ cudaError_t launch_gemv_bf16(const void* w, const float* x, const float* bias, f
   return launch_gemv_bf16_multi(&seg, 1, x, n, k, variant, pdl, stream);
 }
 
+bool gemv_prefetch_takes(int variant, int n, int n_segs, int64_t m0, int64_t k) {
+  // (the hold variants run variant 7 for more than one matrix or a grid that does not fit: launch_n)
+  if (n != 1 || k % 8 != 0) return false;
+  if (variant == kGemvHoldVariant || variant == kGemvHold2Variant) return n_segs > 1 || !gemv_hold_applies(variant, n, m0, k);
+  return variant == 7;
+}
+
 bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int variant, int head_dim) {
   // (the hold variants run variant 7 for more than one matrix: launch_n)
   const bool as_7 = variant == 7 || variant == kGemvHoldVariant || variant == kGemvHold2Variant;
@@ -531,9 +600,11 @@ bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int vari
 }
 
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
-                                   int64_t k, int variant, bool pdl, cudaStream_t stream, const GemvRope* rope) {
+                                   int64_t k, int variant, bool pdl, cudaStream_t stream, const GemvRope* rope,
+                                   const L2Prefetch* prefetch) {
   if (n_segs < 1 || n_segs > kGemvMaxSegs || variant < 0 || variant >= kGemvNumVariants)
     return cudaErrorInvalidValue;
+  if (prefetch && !l2_prefetch_valid(*prefetch)) return cudaErrorInvalidValue;  // (the caller's bug, not ignored)
   const bool roped = rope && rope->head_dim > 0;
   if (roped && !gemv_rope_takes(segs, n_segs, n, k, variant, rope->head_dim)) return cudaErrorInvalidValue;
   const int R = kGemvVariants[variant].rows_per_warp;
@@ -560,6 +631,12 @@ cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float*
     static_cast<MultiArgs&>(Ar) = A;
     Ar.rope = *rope;
     return launch_rope(Ar, pdl, stream);
+  }
+  if (prefetch && prefetch->n > 0 && gemv_prefetch_takes(variant, n, used, A.m[0], k)) {
+    MultiArgsNext An;
+    static_cast<MultiArgs&>(An) = A;
+    An.next = *prefetch;
+    return launch_next(An, pdl, stream);
   }
   return dispatch<false>(n, variant, A, pdl, stream);
 }

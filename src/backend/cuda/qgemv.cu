@@ -353,7 +353,7 @@ bool qgemv_rope_takes(QFormat f, const QGemvSeg* segs, int n_segs, int n, int64_
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                               int cluster, const GemvRope* rope, const QGemvPrefetch* prefetch) {
+                               int cluster, const GemvRope* rope, const L2Prefetch* prefetch) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   const bool roped = rope && rope->head_dim > 0;

@@ -18,6 +18,7 @@
 // The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) / Q8_0 (int8) with their
 // logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
 // backend reads them: is_packed / qformat_of in cuda_backend_impl.h).
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/rope_epilogue.h"
 #include "backend/cuda/xnorm.h"
 
@@ -104,18 +105,8 @@ struct QGemvSeg {
 };
 constexpr int kQGemvMaxSegs = 4;
 
-// Byte ranges of the GEMV after this one, which this GEMV's blocks ask L2 to fetch
-// (cp.async.bulk.prefetch.L2) so that the next GEMV, whose blocks enter only as these leave,
-// reads them from L2: block b of the grid takes the b-th slice of the ranges' concatenation.
-// when: 0 as the block starts its last chunk of weights (its own copies all issued), 1 after its
-// last tile, 2 right after its PDL wait. A hint: the results are the same with or without it.
-struct QGemvPrefetch {
-  const void* p[kQGemvMaxSegs] = {};
-  uint32_t bytes[kQGemvMaxSegs] = {};  // multiples of 16 (p 16-byte aligned)
-  int n = 0;
-  int when = 0;
-};
-// Whether launch_qgemv_multi (path Auto, no rope epilogue) issues those prefetches for a GEMV of
+// Whether launch_qgemv_multi (path Auto, no rope epilogue) issues an L2Prefetch (l2_prefetch.h;
+// block b of the grid takes the b-th slice) for a GEMV of
 // n rows of x and m rows of weights in all, the norm folded or not: only the staged kernel's
 // one-row GEMV on the 8-unit ring without a folded norm (a batch-1 step's down projection) has a
 // kernel that does (qgemv_staged_prefetch_path); elsewhere the hint is ignored.
@@ -151,12 +142,12 @@ bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* n
 // Up to kQGemvMaxSegs packed matrices of one format sharing x [n, k] F32, one launch.
 // norm (null or norm->w null: none): the matrices multiply rms_norm(x) (qgemv_takes_norm).
 // rope (null or head_dim 0: none): the rope + K/V store epilogue (GemvRope; qgemv_rope_takes).
-// prefetch (null or n 0: none): the next GEMV's weights into L2 (QGemvPrefetch; ignored where
+// prefetch (null or n 0: none): the next GEMV's weights into L2 (L2Prefetch; ignored where
 // qgemv_prefetch_takes is false).
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
                                const XNorm* norm = nullptr, int cluster = 0, const GemvRope* rope = nullptr,
-                               const QGemvPrefetch* prefetch = nullptr);
+                               const L2Prefetch* prefetch = nullptr);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
@@ -209,12 +200,12 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
 // (Not a QGemvProblem field: every staged kernel's launch arguments would grow by it.)
 // prefetch (null or n 0: none): as launch_qgemv_multi's, on a kernel of its own (the same reason).
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope = nullptr, const QGemvPrefetch* prefetch = nullptr);
+                                const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr);
 // Whether launch_qgemv_staged runs a plain (no GLU) GEMV of n rows with the norm folded (norm)
 // on the kernel that has the rope epilogue (one row, the 4-unit ring, the norm staged at once).
 bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm);
 // Whether launch_qgemv_staged runs a plain GEMV of n rows (norm: folded) on the kernel that
-// issues the prefetches of QGemvPrefetch (one row, no norm, the 8-unit ring, two units a wait).
+// issues the prefetches of L2Prefetch (one row, no norm, the 8-unit ring, two units a wait).
 bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm);
 
 }  // namespace ember::cuda

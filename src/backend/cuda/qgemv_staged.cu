@@ -36,6 +36,7 @@
 //     1152 + q, minus 1152 is q exactly (i8x2_to_f16x2); x staged as F16 (unscaled) in fp8's
 //     order; the row scale in the epilogue.
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/norm_stage.cuh"
 #include "backend/cuda/qgemv.cuh"
@@ -101,7 +102,7 @@ struct SArgsRope : SArgs {
 };
 // Likewise the kernels that prefetch the next GEMV's weights into L2 (kNext).
 struct SArgsNext : SArgs {
-  QGemvPrefetch next;
+  L2Prefetch next;
 };
 template <bool kRope, bool kNext = false>
 using KernelArgs = std::conditional_t<kRope, SArgsRope, std::conditional_t<kNext, SArgsNext, SArgs>>;
@@ -191,31 +192,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
                "l"(l2_weights_policy())
                : "memory");
 }
-// This block's slice of the next GEMV's weights (QGemvPrefetch) into L2, one bulk prefetch a
-// range it overlaps (thread 0 alone: the copy engine splits it into lines).
-__device__ __forceinline__ void l2_prefetch_share(const QGemvPrefetch& P) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint64_t total = 0;
-#pragma unroll
-  for (int i = 0; i < kQGemvMaxSegs; ++i)
-    if (i < P.n) total += P.bytes[i];
-  const uint64_t per = ((total + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-  const uint64_t lo = blockIdx.x * per, hi = min(lo + per, total);
-  uint64_t base = 0;
-#pragma unroll
-  for (int i = 0; i < kQGemvMaxSegs; ++i) {
-    if (i < P.n) {
-      const uint64_t s = max(lo, base), e = min(hi, base + P.bytes[i]);
-      if (s < e)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(static_cast<const uint8_t*>(P.p[i]) + (s - base)),
-                     "r"(static_cast<uint32_t>(e - s))
-                     : "memory");
-      base += P.bytes[i];
-    }
-  }
-#endif
-}
-
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_wait() {
@@ -651,7 +627,7 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // stage_x_norm_one's gain was mostly lost to that. Why is open (code fetch, or ptxas scheduling
 // the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
 // kRope: the rope + K/V store epilogue (GemvRope; one batch row, S == 1, no cluster).
-// kNext: the L2 prefetch of the next GEMV's weights (QGemvPrefetch; plain GEMVs, no cluster).
+// kNext: the L2 prefetch of the next GEMV's weights (L2Prefetch; plain GEMVs, no cluster).
 template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false>
 __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
@@ -711,7 +687,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   EMBER_PROBE_MARK(1, 2, kGlu, A.n_tiles * 16, A.k);
   pdl_launch_dependents();
   if constexpr (kNext) {
-    if (A.next.when == 2 && threadIdx.x == 0) l2_prefetch_share(A.next);
+    if (A.next.when == 2 && threadIdx.x == 0) l2_prefetch_slice(A.next, blockIdx.x);
   }
   if constexpr (X == XStage::NormOne) {
     static_assert(sizeof(red) >= 1024 * sizeof(float), "stage_x_norm_one's sums of squares (k <= 4096)");
@@ -785,7 +761,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
       const int nc = last ? 0 : c + 1;
       if (last && ntile < n_tiles) tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
       if constexpr (kNext) {  // (the block's last chunk: every copy of its own issued)
-        if (A.next.when == 0 && last && ntile >= n_tiles && threadIdx.x == 0) l2_prefetch_share(A.next);
+        if (A.next.when == 0 && last && ntile >= n_tiles && threadIdx.x == 0)
+          l2_prefetch_slice(A.next, blockIdx.x);
       }
       // Units of slot p: warp + kWarps * (c * kStages + p) now, the same p of chunk nc next.
       const int u0 = warp + kWarps * c * kStages;
@@ -903,7 +880,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   }
   EMBER_PROBE_MARK(1, 7, kGlu, A.n_tiles * 16, A.k);
   if constexpr (kNext) {
-    if (A.next.when == 1 && threadIdx.x == 0) l2_prefetch_share(A.next);
+    if (A.next.when == 1 && threadIdx.x == 0) l2_prefetch_slice(A.next, blockIdx.x);
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCl) cooperative_groups::this_cluster().sync();  // no block leaves while its sums may be read
@@ -1087,7 +1064,9 @@ cudaError_t launch_next_staged(QFormat f, const SArgsNext& A, bool pdl, cudaStre
   const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const int grid = A.n_tiles < resident ? A.n_tiles : resident;
-  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
+  SArgsNext planned = A;
+  planned.next = l2_prefetch_plan(A.next, static_cast<uint32_t>(grid));
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, planned);
 }
 
 // The rope epilogue's kernels (kRope): one row, the 4-unit ring, one unit a wait, the norm staged
@@ -1119,7 +1098,7 @@ bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
 }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope_args, const QGemvPrefetch* prefetch) {
+                                const GemvRope* rope_args, const L2Prefetch* prefetch) {
   const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
   if (c.plan.ring == 0) return cudaErrorInvalidValue;
   const bool rope = rope_args && rope_args->head_dim > 0;
@@ -1143,18 +1122,13 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     R.rope = *rope_args;
     return launch_rope_staged(f, R, pdl, stream);
   }
-  if (prefetch && prefetch->n > 0) {  // (a misformed hint is the caller's bug, not ignored)
-    if (prefetch->n > kQGemvMaxSegs) return cudaErrorInvalidValue;
-    for (int i = 0; i < prefetch->n; ++i)
-      if (reinterpret_cast<uintptr_t>(prefetch->p[i]) % 16 != 0 || prefetch->bytes[i] % 16 != 0)
-        return cudaErrorInvalidValue;
-  }
+  if (prefetch && !l2_prefetch_valid(*prefetch)) return cudaErrorInvalidValue;  // (the caller's bug, not ignored)
   if (prefetch && prefetch->n > 0 && !glu && p.cluster == 0 &&
       qgemv_staged_prefetch_path(f, p.n, p.k, p.norm.w != nullptr)) {
     SArgsNext N;
     static_cast<SArgs&>(N) = A;
     N.next = *prefetch;
-    return launch_next_staged(f, N, pdl, stream);
+    return launch_next_staged(f, N, pdl, stream);  // (which plans the slices for its grid)
   }
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
   return ring == 4 ? launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/one_row_r4)
