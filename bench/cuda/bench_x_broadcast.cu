@@ -7,7 +7,7 @@
 // the requests, the producer writing C copies of x (block b reading copy b % C) spreads them over
 // C times as many slices and the staging shortens; if not, the time does not move with C.
 //
-// A CUDA graph of 200 pairs: a writer (C copies of x, as the producer would) and a reader as the
+// A CUDA graph of 200 pairs (graph_timing.h, the median of 5 replays): a writer (C copies of x, as the producer would) and a reader as the
 // GEMV's dependent launch (PDL): G blocks of 256 threads, each optionally copying W KiB of
 // "weights" into shared memory with cp.async before its wait (the ring's pre-wait fill), then
 // reading all of its copy of x, four 16-byte loads a thread in flight. Prints the time a pair,
@@ -15,6 +15,7 @@
 // R = C against R = 1 at the same C (the writer's extra stores the same) is the answer. Not a
 // unit test: a question for a GPU session.
 #include "backend/cuda/device_util.cuh"
+#include "graph_timing.h"
 
 #include <cuda_runtime.h>
 
@@ -90,9 +91,6 @@ int main() {
   CHECK(cudaFuncSetAttribute(read_x, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxWKiB * 1024));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaEvent_t t0, t1;
-  CHECK(cudaEventCreate(&t0));
-  CHECK(cudaEventCreate(&t1));
   const int kPairs = 200;
   for (int k : {4096, 14336}) {
     for (int blocks : {2 * sms, 3 * sms}) {
@@ -102,33 +100,15 @@ int main() {
           if (copies == 1 && spread == 1) continue;
           const int read_copies = spread ? copies : 1;
           const int w_chunks = w_kib * 1024 / 16;
-          cudaGraph_t graph;
-          CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-          for (int p = 0; p < kPairs; ++p) {
-            CHECK(ember::cuda::launch_kernel(write_x, dim3(sms), dim3(256), 0, stream, true, x, k, copies));
-            CHECK(ember::cuda::launch_kernel(read_x, dim3(blocks), dim3(256), size_t(w_kib) * 1024, stream, true,
-                                             static_cast<const float*>(x), k, read_copies, static_cast<const uint4*>(w),
-                                             w_chunks, out));
-          }
-          CHECK(cudaStreamEndCapture(stream, &graph));
-          cudaGraphExec_t exec;
-          CHECK(cudaGraphInstantiate(&exec, graph, 0));
-          CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-          CHECK(cudaStreamSynchronize(stream));
-          float best = 1e30f;
-          for (int rep = 0; rep < 5; ++rep) {
-            CHECK(cudaEventRecord(t0, stream));
-            CHECK(cudaGraphLaunch(exec, stream));
-            CHECK(cudaEventRecord(t1, stream));
-            CHECK(cudaEventSynchronize(t1));
-            float ms = 0.0f;
-            CHECK(cudaEventElapsedTime(&ms, t0, t1));
-            best = ms < best ? ms : best;
-          }
+          const double ms = ember::cuda::bench::graph_median_ms(stream, kPairs, 5, 1, [&](int) {
+            return ember::cuda::launch_kernel(write_x, dim3(sms), dim3(256), 0, stream, true, x, k, copies) ==
+                       cudaSuccess &&
+                   ember::cuda::launch_kernel(read_x, dim3(blocks), dim3(256), size_t(w_kib) * 1024, stream, true,
+                                              static_cast<const float*>(x), k, read_copies,
+                                              static_cast<const uint4*>(w), w_chunks, out) == cudaSuccess;
+          });
           std::printf("RESULT|x_broadcast|k=%d|blocks=%d|weights_kib=%d|copies_written=%d|copies_read=%d|us_per_pair=%.3f\n",
-                      k, blocks, w_kib, copies, read_copies, best * 1000.0f / kPairs);
-          CHECK(cudaGraphExecDestroy(exec));
-          CHECK(cudaGraphDestroy(graph));
+                      k, blocks, w_kib, copies, read_copies, ms * 1000.0);
          }
         }
       }
