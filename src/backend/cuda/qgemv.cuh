@@ -106,10 +106,10 @@ struct QGemvSeg {
 constexpr int kQGemvMaxSegs = 4;
 
 // Whether launch_qgemv_multi (path Auto, no rope epilogue) issues an L2Prefetch (l2_prefetch.h;
-// block b of the grid takes the b-th slice) for a GEMV of
-// n rows of x and m rows of weights in all, the norm folded or not: only the staged kernel's
-// one-row GEMV on the 8-unit ring without a folded norm (a batch-1 step's down projection) has a
-// kernel that does (qgemv_staged_prefetch_path); elsewhere the hint is ignored.
+// block b of the grid takes the b-th slice) for a GEMV of n rows of x and m rows of weights in
+// all, the norm folded or not: only the staged kernel's one-row GEMV on the 8-unit ring without a
+// folded norm (a batch-1 step's down projection) has a kernel that does
+// (qgemv_staged_prefetch_path); elsewhere the hint is ignored.
 bool qgemv_prefetch_takes(QFormat f, int n, int64_t m, int64_t k, bool norm);
 
 // Whether launch_qgemv_multi takes the rope epilogue (rope_epilogue.h; its q and k tiles take
