@@ -14,6 +14,7 @@
 // RESULT|x_broadcast|k=..|blocks=..|weights_kib=..|copies_written=C|copies_read=R|us_per_pair=..:
 // R = C against R = 1 at the same C (the writer's extra stores the same) is the answer. Not a
 // unit test: a question for a GPU session.
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "graph_timing.h"
 
@@ -21,18 +22,9 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 namespace {
 
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    const cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      return 1;                                                                          \
-    }                                                                                    \
-  } while (0)
 
 __global__ void write_x(float* x, int k, int copies) {
   ember::cuda::pdl_wait();
@@ -77,20 +69,20 @@ __global__ void read_x(const float* x, int k, int copies, const uint4* w, int w_
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, sms);
   const int kMaxK = 14336, kMaxCopies = 8, kMaxBlocks = 4 * sms, kMaxWKiB = 64;
   float *x = nullptr, *out = nullptr;
   uint4* w = nullptr;
-  CHECK(cudaMalloc(&x, sizeof(float) * kMaxK * kMaxCopies));
-  CHECK(cudaMalloc(&out, sizeof(float) * kMaxBlocks));
-  CHECK(cudaMalloc(&w, size_t{kMaxWKiB} * 1024 * kMaxBlocks));
-  CHECK(cudaMemset(w, 0, size_t{kMaxWKiB} * 1024 * kMaxBlocks));
-  CHECK(cudaFuncSetAttribute(read_x, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxWKiB * 1024));
+  EMBER_CUDA_CHECK(cudaMalloc(&x, sizeof(float) * kMaxK * kMaxCopies));
+  EMBER_CUDA_CHECK(cudaMalloc(&out, sizeof(float) * kMaxBlocks));
+  EMBER_CUDA_CHECK(cudaMalloc(&w, size_t{kMaxWKiB} * 1024 * kMaxBlocks));
+  EMBER_CUDA_CHECK(cudaMemset(w, 0, size_t{kMaxWKiB} * 1024 * kMaxBlocks));
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(read_x, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxWKiB * 1024));
   cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int kPairs = 200;
   for (int k : {4096, 14336}) {
     for (int blocks : {2 * sms, 3 * sms}) {

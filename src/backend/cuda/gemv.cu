@@ -71,17 +71,6 @@ struct MultiArgsNext : MultiArgs {
 template <bool kRope, bool kNext = false>
 using GemvArgs = std::conditional_t<kRope, MultiArgsRope, std::conditional_t<kNext, MultiArgsNext, MultiArgs>>;
 
-// (kNext only: the other kernels' arguments have no such fields)
-template <typename Args>
-__device__ __forceinline__ int64_t next_first_block_of(const Args& A) {
-  if constexpr (std::is_same_v<Args, MultiArgsNext>) return A.next_first_block;
-  return 0;
-}
-template <typename Args>
-__device__ __forceinline__ void prefetch_next(const Args& A) {
-  if constexpr (std::is_same_v<Args, MultiArgsNext>)
-    l2_prefetch_slice(A.next, static_cast<uint32_t>(blockIdx.x - A.next_first_block));
-}
 
 // Batch-1 plain GEMVs at four blocks an SM (64 registers; 70 gave three): more of a grid of
 // 1,024-1,536 blocks is resident, streaming its rows, when the previous kernel drains (H200,
@@ -180,7 +169,8 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1)
   pdl_launch_dependents();
   // (kNext: thread 0 of each block from next_first_block on asks for its slice)
   if constexpr (kNext) {
-    if (A.next.when == 2 && threadIdx.x == 0 && blockIdx.x >= next_first_block_of(A)) prefetch_next(A);
+    if (A.next.when == 2 && threadIdx.x == 0 && blockIdx.x >= A.next_first_block)
+      l2_prefetch_slice(A.next, static_cast<uint32_t>(blockIdx.x - A.next_first_block));
   }
   const float* x = A.x;
   extern __shared__ float4 s_x[];  // [N * k / 4] when kSmemX
@@ -236,7 +226,8 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1)
   }
   EMBER_PROBE_MARK(4, 6, kGlu, A.n_tasks, A.k);
   if constexpr (kNext) {  // (when 0 as 1: a check inside the loop above made ptxas spill at 64 registers)
-    if (A.next.when != 2 && threadIdx.x == 0 && blockIdx.x >= next_first_block_of(A)) prefetch_next(A);
+    if (A.next.when != 2 && threadIdx.x == 0 && blockIdx.x >= A.next_first_block)
+      l2_prefetch_slice(A.next, static_cast<uint32_t>(blockIdx.x - A.next_first_block));
   }
   if (!active) return;
   if constexpr (kRope) {

@@ -1053,10 +1053,17 @@ StagedChoice choose_staged(QFormat f, bool glu, bool norm, int n, int64_t k, int
   return c;
 }
 
+// Whether a plain GEMV of n rows (norm: folded) that choose_staged placed as c runs on the
+// prefetching kernel.
+bool prefetch_kernel_takes(const StagedChoice& c, int n, bool norm) {
+  return !norm && n == 1 && c.plan.ring == 8 && c.plan.cluster == 1 && c.x == XStage::Plain && c.ring == 8 &&
+         two_units_a_wait(1);
+}
+
 // The kernels that prefetch the next GEMV's weights (kNext): one row, no norm, the 8-unit ring,
 // two units a wait (qgemv_staged_prefetch_path). (Referenced here, before the rope's, so that
 // their code lands after every other kernel's: see launch_rope_staged.)
-cudaError_t launch_next_staged(QFormat f, const SArgsNext& A, bool pdl, cudaStream_t stream) {
+cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t stream) {
   auto kernel = f == QFormat::Int4   ? qgemv_staged_kernel<QFormat::Int4, 1, 2, 8, false, XStage::Plain, false, true>
                 : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, true>
                                      : qgemv_staged_kernel<QFormat::Fp8, 1, 2, 8, false, XStage::Plain, false, true>;
@@ -1064,9 +1071,8 @@ cudaError_t launch_next_staged(QFormat f, const SArgsNext& A, bool pdl, cudaStre
   const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const int grid = A.n_tiles < resident ? A.n_tiles : resident;
-  SArgsNext planned = A;
-  planned.next = l2_prefetch_plan(A.next, static_cast<uint32_t>(grid));
-  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, planned);
+  A.next = l2_prefetch_plan(A.next, static_cast<uint32_t>(grid));
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
 // The rope epilogue's kernels (kRope): one row, the 4-unit ring, one unit a wait, the norm staged
@@ -1092,9 +1098,7 @@ bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm) {
 }
 
 bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
-  const StagedChoice c = choose_staged(f, false, norm, n, k, 0);
-  return !norm && n == 1 && c.plan.ring == 8 && c.plan.cluster == 1 && c.x == XStage::Plain && c.ring == 8 &&
-         two_units_a_wait(1);
+  return prefetch_kernel_takes(choose_staged(f, false, norm, n, k, 0), n, norm);
 }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
@@ -1123,8 +1127,7 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     return launch_rope_staged(f, R, pdl, stream);
   }
   if (prefetch && !l2_prefetch_valid(*prefetch)) return cudaErrorInvalidValue;  // (the caller's bug, not ignored)
-  if (prefetch && prefetch->n > 0 && !glu && p.cluster == 0 &&
-      qgemv_staged_prefetch_path(f, p.n, p.k, p.norm.w != nullptr)) {
+  if (prefetch && prefetch->n > 0 && !glu && p.cluster == 0 && prefetch_kernel_takes(c, p.n, p.norm.w != nullptr)) {
     SArgsNext N;
     static_cast<SArgs&>(N) = A;
     N.next = *prefetch;
