@@ -1042,27 +1042,39 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
 
 // The L2 prefetch of the next GEMV's weights (EMBER_CUDA_NEXT_L2: the down projection asks L2
 // for the next layer's q/k/v weights, as the previous step launched them) changes no result: a
-// prompt and ten graph-captured decode steps give the same logits bit for bit with it (at each
-// of its points, and with every GEMV prefetching its successor, =2; the large checkpoint at the
-// default point and with =2) as without, and it ran
-// wherever the one-row down projection takes the prefetching kernel (BF16, fp8 and int8 on the
-// fixtures; int4 where d_ff > 4096: the 8B checkpoint of EMBER_CUDA_TEST_MODEL).
+// prompt and ten graph-captured decode steps give the same logits bit for bit with it (by default,
+// at each of its points, and with every GEMV prefetching its successor, =2; the large checkpoint
+// by default and with =1 and =2) as with it off (=0), and it ran wherever the mode (by default:
+// BF16 =2, int4 =1, others off) asks for it and the one-row down projection takes the prefetching
+// kernel (BF16 where the hold does not apply to it, fp8 and int8 on the fixtures; int4 where
+// d_ff > 4096: the 8B checkpoint of EMBER_CUDA_TEST_MODEL).
 TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
   SKIP_WITHOUT_GPU();
   std::vector<std::string> paths = {kFixtures + "/llama2/hf", kFixtures + "/mistral/hf"};
   if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) paths.push_back(dir);
+  auto load_with = [](const std::string& path, const char* format, int bpb, const char* mode, const char* when) {
+    if (mode) setenv("EMBER_CUDA_NEXT_L2", mode, 1);
+    if (when) setenv("EMBER_CUDA_NEXT_L2_WHEN", when, 1);
+    auto r = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+    unsetenv("EMBER_CUDA_NEXT_L2");
+    unsetenv("EMBER_CUDA_NEXT_L2_WHEN");
+    return r;
+  };
   for (const std::string& path : paths) {
     if (!std::ifstream(path + "/config.json")) continue;
     for (const char* format : {"int4", "fp8", "int8", "auto"}) {  // (auto: BF16 weights)
       const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
-      auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+      auto b = load_with(path, format, bpb, "0", nullptr);
       ASSERT_TRUE(b) << path;
       const ModelConfig& c = b->config();
       const std::string fs = format;
       const cuda::QFormat qf = fs == "int4" ? cuda::QFormat::Int4 : fs == "int8" ? cuda::QFormat::Int8 : cuda::QFormat::Fp8;
-      const bool takes = fs == "auto" ? cuda::gemv_prefetch_takes(cuda::gemv_pick_variant(1, c.d_model, c.d_ff), 1, 1,
-                                                                  c.d_model, c.d_ff)
+      // (the backend's BF16 variant: the default hold where the pick is variant 7)
+      const int picked = cuda::gemv_pick_variant(1, c.d_model, c.d_ff);
+      const int variant = picked == 7 ? cuda::kGemvHold2Variant : picked;
+      const bool takes = fs == "auto" ? cuda::gemv_prefetch_takes(variant, 1, 1, c.d_model, c.d_ff)
                                       : cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
+      const int default_mode = fs == "auto" ? 2 : fs == "int4" ? 1 : 0;  // (next_l2_for)
       const int vocab = b->vocab_size();
       const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
       std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without
@@ -1076,27 +1088,29 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
           want.push_back(lb);
         }
       }
-      EXPECT_EQ(cuda_step(b->backend())->next_l2_launches(), 0u) << path << " " << format << " by default";
+      EXPECT_EQ(cuda_step(b->backend())->next_l2_launches(), 0u) << path << " " << format << " with =0";
       // (the large checkpoint, ~2 GB a load: the default point only)
       const bool large = path != paths[0] && path != paths[1];
-      for (const auto& [mode, when] : {std::pair{"1", "0"}, {"1", "1"}, {"1", "2"}, {"2", "0"}}) {
-        if (large && std::string(when) != "0") continue;
-        setenv("EMBER_CUDA_NEXT_L2", mode, 1);
-        setenv("EMBER_CUDA_NEXT_L2_WHEN", when, 1);
-        auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
-        unsetenv("EMBER_CUDA_NEXT_L2");
-        unsetenv("EMBER_CUDA_NEXT_L2_WHEN");
+      for (const auto& [mode, when] : {std::pair<const char*, const char*>{nullptr, nullptr}, {"1", "0"}, {"1", "1"},
+                                       {"1", "2"}, {"2", "0"}}) {
+        if (large && when && std::string(when) != "0") continue;
+        const std::string label = std::string(" mode ") + (mode ? mode : "default") + " when " + (when ? when : "0");
+        auto a = load_with(path, format, bpb, mode, when);
         ASSERT_TRUE(a) << path;
         Seqs sa(16, bpb, 1);
         std::vector<float> la;
         ASSERT_TRUE(sa.step(*a, prompt, false, la).is_ok());
-        EXPECT_EQ(la, want[0]) << path << " " << format << " mode " << mode << " when " << when << " prompt";
+        EXPECT_EQ(la, want[0]) << path << " " << format << label << " prompt";
         for (int j = 0; j < n_decode; ++j) {
           ASSERT_TRUE(sa.step(*a, {{argmax(want[j].data(), vocab)}}, false, la).is_ok());
-          EXPECT_EQ(la, want[j + 1]) << path << " " << format << " mode " << mode << " when " << when << " decode " << j;
+          EXPECT_EQ(la, want[j + 1]) << path << " " << format << label << " decode " << j;
         }
+        // (BF16 at =2: the three-matrix q/k/v GEMV, variant 7 for several matrices, prefetches the
+        // o projection's weights wherever the down projection's kernel does not take it)
+        const int m = mode ? std::atoi(mode) : default_mode;
+        const bool expect = m != 0 && (takes || (fs == "auto" && m == 2));
         const uint64_t ran = cuda_step(a->backend())->next_l2_launches();
-        EXPECT_EQ(ran > 0, takes) << path << " " << format << " mode " << mode << ": " << ran << " prefetching launches";
+        EXPECT_EQ(ran > 0, expect) << path << " " << format << label << ": " << ran << " prefetching launches";
       }
     }
   }
