@@ -466,8 +466,8 @@ class CudaBackend final : public Backend, public CudaStep {
   // batch-1 step's down projection) prefetches the q/k/v GEMV (three matrices) that followed it
   // last; mode 2: whatever GEMV followed it. The cap: at most that many bytes of the next weights,
   // each matrix cut in proportion (0: all). By default (next_l2_for) BF16 runs mode 2 and int4
-  // mode 1, both capped at 4 MiB: on an H100 bf16 +0.6% (182.0 against 180.9 tok/s) and int4
-  // +0.3% (497.2 against 495.9); uncapped, int4 lost 0.7% and fp8 3.6%; fp8 and int8 lose at
+  // mode 1, both capped at 4 MiB: on an H100 bf16 +0.7% (182.1 against 180.8 tok/s) and int4
+  // +0.3% (496.3 against 494.9); uncapped, int4 lost 0.8% and fp8 3.6%; fp8 and int8 lose at
   // every cap tried, so they stay off. EMBER_CUDA_NEXT_L2=0/1/2 sets the mode for every format,
   // EMBER_CUDA_NEXT_L2_KB the cap in KiB, EMBER_CUDA_NEXT_L2_WHEN L2Prefetch::when (default 0).
   struct NextL2Choice {
