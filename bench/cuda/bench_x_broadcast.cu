@@ -25,7 +25,6 @@
 
 namespace {
 
-
 __global__ void write_x(float* x, int k, int copies) {
   ember::cuda::pdl_wait();
   ember::cuda::pdl_launch_dependents();

@@ -1074,7 +1074,7 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
       const int variant = picked == 7 ? cuda::kGemvHold2Variant : picked;
       const bool takes = fs == "auto" ? cuda::gemv_prefetch_takes(variant, 1, 1, c.d_model, c.d_ff)
                                       : cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
-      const int default_mode = fs == "auto" ? 2 : fs == "int4" ? 1 : 0;  // (next_l2_for)
+      const int default_mode = fs == "auto" ? 2 : fs == "int4" ? 1 : 0;  // (next_l2_mode)
       const int vocab = b->vocab_size();
       const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
       std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without
@@ -1089,7 +1089,7 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
         }
       }
       EXPECT_EQ(cuda_step(b->backend())->next_l2_launches(), 0u) << path << " " << format << " with =0";
-      // (the large checkpoint, ~2 GB a load: the default point only)
+      // (the large checkpoint, ~2 GB a load: when 0 only)
       const bool large = path != paths[0] && path != paths[1];
       for (const auto& [mode, when] : {std::pair<const char*, const char*>{nullptr, nullptr}, {"1", "0"}, {"1", "1"},
                                        {"1", "2"}, {"2", "0"}}) {

@@ -113,7 +113,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_WHEN")) be->next_l2_when_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
-    be->next_l2_cap_ = std::max(0L, std::atol(v)) * 1024;
+    be->next_l2_cap_ = static_cast<size_t>(std::max(0L, std::atol(v))) * 1024;
   be->longest_first_ = switched_on("EMBER_CUDA_LONGEST_FIRST");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");

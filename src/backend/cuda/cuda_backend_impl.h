@@ -465,22 +465,17 @@ class CudaBackend final : public Backend, public CudaStep {
   // "Session 41"). Mode 1: a GEMV that takes it (qgemv_prefetch_takes, gemv_prefetch_takes: a
   // batch-1 step's down projection) prefetches the q/k/v GEMV (three matrices) that followed it
   // last; mode 2: whatever GEMV followed it. The cap: at most that many bytes of the next weights,
-  // each matrix cut in proportion (0: all). By default (next_l2_for) BF16 runs mode 2 and int4
+  // each matrix cut in proportion (0: all). By default (next_l2_mode) BF16 runs mode 2 and int4
   // mode 1, both capped at 4 MiB: on an H100 bf16 +0.7% (182.1 against 180.8 tok/s) and int4
   // +0.3% (496.3 against 494.9); uncapped, int4 lost 0.8% and fp8 3.6%; fp8 and int8 lose at
   // every cap tried, so they stay off. EMBER_CUDA_NEXT_L2=0/1/2 sets the mode for every format,
   // EMBER_CUDA_NEXT_L2_KB the cap in KiB, EMBER_CUDA_NEXT_L2_WHEN L2Prefetch::when (default 0).
-  struct NextL2Choice {
-    int mode = 0;
-    size_t cap = 0;
-  };
-  static constexpr size_t kNextL2DefaultCap = size_t{4} << 20;
-  int next_l2_ = -1;         // -1: by format
-  int64_t next_l2_cap_ = -1;  // bytes; -1: kNextL2DefaultCap, 0: all
+  int next_l2_ = -1;  // -1: by format (next_l2_mode)
+  size_t next_l2_cap_ = size_t{4} << 20;  // bytes; 0: all
   int next_l2_when_ = 0;
-  NextL2Choice next_l2_for(DType wtype) const {
-    const int mode = next_l2_ != -1 ? next_l2_ : wtype == DType::BF16 ? 2 : wtype == DType::Q4_0 ? 1 : 0;
-    return {mode, next_l2_cap_ >= 0 ? static_cast<size_t>(next_l2_cap_) : kNextL2DefaultCap};
+  int next_l2_mode(DType wtype) const {
+    if (next_l2_ != -1) return next_l2_;
+    return wtype == DType::BF16 ? 2 : wtype == DType::Q4_0 ? 1 : 0;
   }
   // Which GEMV followed which (by their first matrices), as flush launched them: eager steps learn
   // it (each decode graph's shape runs one before its capture), so a GEMV knows its successor's

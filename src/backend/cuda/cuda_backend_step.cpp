@@ -235,18 +235,18 @@ void CudaBackend::flush() {
 }
 
 const L2Prefetch* CudaBackend::learn_next_gemv(int count, bool roped) {
-  const NextL2Choice choice = next_l2_for(pg_.wtype);
-  if (choice.mode == 0) return nullptr;
+  const int mode = next_l2_mode(pg_.wtype);
+  if (mode == 0) return nullptr;
   auto bytes_of = [&](int s) {  // the matrix's bytes on the device
     return pg_.wtype == DType::BF16 ? static_cast<size_t>(pg_.segs[s].m * pg_.k) * 2
                                     : qweight_bytes(qformat_of(pg_.wtype), pg_.segs[s].m, pg_.k);
   };
   if (last_gemv_w_ != nullptr) {
     L2Prefetch next;
-    if (choice.mode == 2 || count == 3) {
+    if (mode == 2 || count == 3) {
       size_t total = 0;
       for (int s = 0; s < count; ++s) total += bytes_of(s);
-      const double keep = choice.cap > 0 && total > choice.cap ? static_cast<double>(choice.cap) / total : 1.0;
+      const double keep = next_l2_cap_ > 0 && total > next_l2_cap_ ? static_cast<double>(next_l2_cap_) / total : 1.0;
       for (int s = 0; s < count && s < kL2PrefetchRanges; ++s) {
         const size_t whole = bytes_of(s);
         const size_t bytes = std::min<size_t>(static_cast<size_t>(whole * keep), UINT32_MAX) / 16 * 16;
