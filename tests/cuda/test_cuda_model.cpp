@@ -987,8 +987,9 @@ TEST(CudaModel, QuantizedWeightsNearBf16) {
 // own): the same logits to rounding, and the epilogue ran (counted by the backend) on models
 // without q/k norms whose head_dim is a multiple of 16 (llama2: 16 x 4 heads, mistral: GQA 4 / 2,
 // the 8B shapes: 128 x 32 / 8; the BF16 GEMV any even head_dim: llama3's 8 too), and not where
-// q/k norms come between (qwen3). int8 and BF16 run it with EMBER_CUDA_GEMV_ROPE=1 (by default it
-// is off there, which the last runner checks).
+// q/k norms come between (qwen3). BF16 runs it with EMBER_CUDA_GEMV_ROPE=1 (by default it is off
+// there while the o projection is held, and on for int8 since session 42, which the last runner
+// checks).
 TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
   SKIP_WITHOUT_GPU();
   struct Model {
@@ -1006,7 +1007,7 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
     for (const char* format : {"int4", "fp8", "int8", "auto"}) {  // (auto: BF16 weights)
       const bool fused = std::string(format) == "auto" ? md.bf16 : md.packed;
       const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
-      setenv("EMBER_CUDA_GEMV_ROPE", "1", 1);  // (int8 and BF16 too: by default only int4 and fp8)
+      setenv("EMBER_CUDA_GEMV_ROPE", "1", 1);  // (BF16 too: by default only the packed formats)
       auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
       setenv("EMBER_CUDA_GEMV_ROPE", "0", 1);
       auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
@@ -1027,14 +1028,15 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
       const uint64_t ran = cuda_step(a->backend())->gemv_rope_launches();
       EXPECT_EQ(ran > 0, fused) << path << " " << format << ": " << ran << " launches with the epilogue";
       EXPECT_EQ(cuda_step(b->backend())->gemv_rope_launches(), 0u) << path << " " << format;
-      // (off by default for int8, and for BF16 while the o projection is held)
+      // (on by default for int8, off for BF16 while the o projection is held)
       if ((std::string(format) == "int8" || std::string(format) == "auto") && fused) {
         auto d = load_runner(path, "cuda", DType::BF16, bpb, true, format);
         Seqs sd(16, bpb, 1);
         std::vector<float> ld;
         ASSERT_TRUE(sd.step(*d, prompt, false, ld).is_ok());
         ASSERT_TRUE(sd.step(*d, {{argmax(ld.data(), vocab)}}, false, ld).is_ok());
-        EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches(), 0u) << path << " " << format << " by default";
+        const bool by_default = std::string(format) == "int8";
+        EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches() > 0, by_default) << path << " " << format << " by default";
       }
     }
   }
@@ -1044,8 +1046,8 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
 // for the next layer's q/k/v weights, as the previous step launched them) changes no result: a
 // prompt and ten graph-captured decode steps give the same logits bit for bit with it (by default,
 // at each of its points, and with every GEMV prefetching its successor, =2; the large checkpoint
-// by default and with =1 and =2) as with it off (=0), and it ran wherever the mode (by default:
-// BF16 =2, int4 =1, others off) asks for it and the one-row down projection takes the prefetching
+// by default and with =1 and =2) as with it off (=0), and it ran wherever the mode (by default
+// l2_prefetch_default_mode: on an H100 BF16 =2 and int4 =1, otherwise off) asks for it and the one-row down projection takes the prefetching
 // kernel (BF16 where the hold does not apply to it, fp8 and int8 on the fixtures; int4 where
 // d_ff > 4096: the 8B checkpoint of EMBER_CUDA_TEST_MODEL).
 TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
@@ -1074,7 +1076,8 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
       const int variant = picked == 7 ? cuda::kGemvHold2Variant : picked;
       const bool takes = fs == "auto" ? cuda::gemv_prefetch_takes(variant, 1, 1, c.d_model, c.d_ff)
                                       : cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
-      const int default_mode = fs == "auto" ? 2 : fs == "int4" ? 1 : 0;  // (next_l2_mode)
+      const DType wtype = fs == "auto" ? DType::BF16 : fs == "int4" ? DType::Q4_0 : DType::Q8_0;
+      const int default_mode = cuda::l2_prefetch_default_mode(b->backend().name(), wtype);  // ("cuda:" + the GPU's)
       const int vocab = b->vocab_size();
       const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
       std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without

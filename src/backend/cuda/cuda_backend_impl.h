@@ -39,9 +39,9 @@
 // EMBER_CUDA_QGEMV_R4B=0 the 8-unit ring for fp8 / int8 q/k/v at one row (1, 3, 4: the 4-unit
 // ring for more of their one-row GEMVs). EMBER_CUDA_GEMV_ROPE=0 keeps the rope + K/V store out
 // of the q/k/v GEMV (its own launch, or the attention's prologue), =1 puts it into every
-// format's (by default the packed int4 and fp8 GEMVs, and BF16's where the o projection is not
-// held). EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through
-// NCCL too instead of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
+// format's (by default the packed GEMVs', and BF16's where the o projection is not held).
+// EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through NCCL too instead
+// of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -448,34 +448,31 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   GemvRoped roped_;
   uint64_t gemv_rope_launches_ = 0;
-  // Which formats' q/k/v GEMV takes the rope + K/V store (gemv_rope_for): int4 and fp8 by
+  // Which formats' q/k/v GEMV takes the rope + K/V store (gemv_rope_for): the packed formats by
   // default, BF16 where the o projection is not held (EMBER_CUDA_GEMV_HOLD=0);
   // EMBER_CUDA_GEMV_ROPE=0 none, =1 every format (A/B runs). Batch 1 (docs/CUDA_NOTES.md
-  // "Session 38"): int4 +0.9% / +1.1% and fp8 +0.05% / +1.0% (H200 / H100); int8 -0.4% on an
-  // H200 (415.4-415.7 against 417.2-417.5 tok/s, three rounds; level on an H100); BF16 on an H100
-  // -1.0% beside the hold (178.0 against 179.8: both use the attention's window), +1.0% without
-  // it (180.4 against 178.7), which is +0.3% over the hold alone; the hold's +0.7% is an H200's,
-  // so the default keeps it until the pair is measured there.
+  // "Session 38", "Session 42"): int4 +0.9% / +1.1% and fp8 +0.05% / +1.0% (H200 / H100); int8
+  // +0.6% on an H200 since the evict-first weights (session 42: 420.8-421.2 against 418.3-418.8
+  // tok/s; -0.4% before them) and +0.7-0.8% on an H100; BF16 on an H100 -1.0% beside the hold
+  // (both use the attention's window), and without the hold on an H200 0.6-1.3% below it.
   int gemv_rope_ = -1;  // -1 default, 0 none, 1 every format
   bool gemv_rope_for(DType wtype) const {
     if (gemv_rope_ != -1) return gemv_rope_ == 1;
-    return wtype == DType::BF16 ? gemv_hold_ == 0 : wtype != DType::Q8_0;
+    return wtype != DType::BF16 || gemv_hold_ == 0;
   }
-  // The L2 prefetch of the next GEMV's weights (L2Prefetch; docs/CUDA_NOTES.md "Session 40",
-  // "Session 41"). Mode 1: a GEMV that takes it (qgemv_prefetch_takes, gemv_prefetch_takes: a
+  // The L2 prefetch of the next GEMV's weights (L2Prefetch; docs/CUDA_NOTES.md "Session 40" to
+  // "Session 42"). Mode 1: a GEMV that takes it (qgemv_prefetch_takes, gemv_prefetch_takes: a
   // batch-1 step's down projection) prefetches the q/k/v GEMV (three matrices) that followed it
   // last; mode 2: whatever GEMV followed it. The cap: at most that many bytes of the next weights,
-  // each matrix cut in proportion (0: all). By default (next_l2_mode) BF16 runs mode 2 and int4
-  // mode 1, both capped at 4 MiB: on an H100 bf16 +0.7% (182.1 against 180.8 tok/s) and int4
-  // +0.3% (496.3 against 494.9); uncapped, int4 lost 0.8% and fp8 3.6%; fp8 and int8 lose at
-  // every cap tried, so they stay off. EMBER_CUDA_NEXT_L2=0/1/2 sets the mode for every format,
-  // EMBER_CUDA_NEXT_L2_KB the cap in KiB, EMBER_CUDA_NEXT_L2_WHEN L2Prefetch::when (default 0).
-  int next_l2_ = -1;  // -1: by format (next_l2_mode)
+  // each matrix cut in proportion (0: all). By default the mode is the GPU's and format's
+  // (l2_prefetch_default_mode: BF16 2 and int4 1 on an H100, off elsewhere).
+  // EMBER_CUDA_NEXT_L2=0/1/2 sets the mode for every format, EMBER_CUDA_NEXT_L2_KB the cap in KiB,
+  // EMBER_CUDA_NEXT_L2_WHEN L2Prefetch::when (default 0).
+  int next_l2_ = -1;  // -1: by GPU and format (l2_prefetch_default_mode)
   size_t next_l2_cap_ = size_t{4} << 20;  // bytes; 0: all
   int next_l2_when_ = 0;
   int next_l2_mode(DType wtype) const {
-    if (next_l2_ != -1) return next_l2_;
-    return wtype == DType::BF16 ? 2 : wtype == DType::Q4_0 ? 1 : 0;
+    return next_l2_ != -1 ? next_l2_ : l2_prefetch_default_mode(gpu_name_, wtype);
   }
   // Which GEMV followed which (by their first matrices), as flush launched them: eager steps learn
   // it (each decode graph's shape runs one before its capture), so a GEMV knows its successor's

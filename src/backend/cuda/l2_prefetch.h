@@ -4,7 +4,10 @@
 // for slices of the next GEMV's matrices (cp.async.bulk.prefetch.L2: l2_prefetch.cuh), so that the
 // next GEMV, whose blocks enter only as these leave, reads them from L2 instead of waiting on DRAM
 // after this GEMV's tail. A hint: results are the same with or without it.
+#include "core/dtype.h"
+
 #include <cstdint>
+#include <string_view>
 
 namespace ember::cuda {
 
@@ -41,6 +44,17 @@ inline L2Prefetch l2_prefetch_plan(L2Prefetch p, uint32_t n_slices) {
   p.total = static_cast<uint32_t>(total);
   p.per_slice = n_slices == 0 ? 0 : static_cast<uint32_t>((total + n_slices - 1) / n_slices + 15) / 16 * 16;
   return p;
+}
+
+// The mode a GEMV of weights wtype gets by default on the GPU named gpu_name (cudaDeviceProp::name):
+// 0 off, 1 the batch-1 down GEMV prefetches the q/k/v GEMV after it, 2 every GEMV its successor,
+// capped at 4 MiB (CudaBackend::next_l2_cap_). It pays on an H100 only (docs/CUDA_NOTES.md
+// "Session 41": bf16 =2 +0.7%, int4 =1 +0.3%; fp8 and int8 lose at every cap); on an H200 it
+// loses (session 42: bf16 243.1 against 243.9 tok/s, int4 564.4 against 566.0, and no cap from
+// 1 to 16 MiB gains), so every other GPU runs without it.
+inline int l2_prefetch_default_mode(std::string_view gpu_name, DType wtype) {
+  if (gpu_name.find("H100") == std::string_view::npos) return 0;
+  return wtype == DType::BF16 ? 2 : wtype == DType::Q4_0 ? 1 : 0;
 }
 
 }  // namespace ember::cuda
