@@ -1077,8 +1077,12 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
       const int variant = picked == 7 ? cuda::kGemvHold2Variant : picked;
       const bool takes = fs == "auto" ? cuda::gemv_prefetch_takes(variant, 1, 1, c.d_model, c.d_ff)
                                       : cuda::qgemv_prefetch_takes(qf, 1, c.d_model, c.d_ff, false);
-      const DType wtype = fs == "auto" ? DType::BF16 : fs == "int4" ? DType::Q4_0 : DType::Q8_0;
-      const int default_mode = cuda::l2_prefetch_default_mode(b->backend().name(), wtype);  // ("cuda:" + the GPU's)
+      const DType wtype = fs == "auto"   ? DType::BF16
+                          : fs == "int4" ? DType::Q4_0
+                          : fs == "int8" ? DType::Q8_0
+                                         : DType::FP8_E4M3;
+      // (the backend's name is "cuda:" + the GPU's)
+      const int default_mode = cuda::l2_prefetch_default_mode(cuda::l2_prefetch_pays_on(b->backend().name()), wtype);
       const int vocab = b->vocab_size();
       const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
       std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without

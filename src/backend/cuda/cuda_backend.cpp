@@ -104,6 +104,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->device_ = device;
   be->num_sms_ = prop.multiProcessorCount;
   be->gpu_name_ = prop.name;
+  be->next_l2_pays_ = l2_prefetch_pays_on(be->gpu_name_);
   be->fuse_ = switched_on("EMBER_CUDA_FUSE");
   be->attn_fill_ = switched_on("EMBER_CUDA_ATTN_FILL");
   if (const char* v = std::getenv("EMBER_CUDA_PDL_EARLY")) be->pdl_early_ = std::atoi(v);

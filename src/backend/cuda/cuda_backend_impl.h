@@ -469,10 +469,11 @@ class CudaBackend final : public Backend, public CudaStep {
   // EMBER_CUDA_NEXT_L2=0/1/2 sets the mode for every format, EMBER_CUDA_NEXT_L2_KB the cap in KiB,
   // EMBER_CUDA_NEXT_L2_WHEN L2Prefetch::when (default 0).
   int next_l2_ = -1;  // -1: by GPU and format (l2_prefetch_default_mode)
+  bool next_l2_pays_ = false;  // l2_prefetch_pays_on(gpu_name_), once at creation
   size_t next_l2_cap_ = size_t{4} << 20;  // bytes; 0: all
   int next_l2_when_ = 0;
   int next_l2_mode(DType wtype) const {
-    return next_l2_ != -1 ? next_l2_ : l2_prefetch_default_mode(gpu_name_, wtype);
+    return next_l2_ != -1 ? next_l2_ : l2_prefetch_default_mode(next_l2_pays_, wtype);
   }
   // Which GEMV followed which (by their first matrices), as flush launched them: eager steps learn
   // it (each decode graph's shape runs one before its capture), so a GEMV knows its successor's

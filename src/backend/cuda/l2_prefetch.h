@@ -46,14 +46,19 @@ inline L2Prefetch l2_prefetch_plan(L2Prefetch p, uint32_t n_slices) {
   return p;
 }
 
-// The mode a GEMV of weights wtype gets by default on the GPU named gpu_name (cudaDeviceProp::name):
+// Whether the prefetch pays by default on the GPU named gpu_name (cudaDeviceProp::name): on an
+// H100 only (docs/CUDA_NOTES.md "Session 41": bf16 =2 +0.7%, int4 =1 +0.3%); on an H200 it loses
+// (session 42: bf16 243.1 against 243.9 tok/s, int4 564.4 against 566.0, and no cap from 1 to
+// 16 MiB gains), so every other GPU runs without it.
+inline bool l2_prefetch_pays_on(std::string_view gpu_name) {
+  return gpu_name.find("H100") != std::string_view::npos;
+}
+
+// The mode a GEMV of weights wtype gets by default where the prefetch pays (l2_prefetch_pays_on):
 // 0 off, 1 the batch-1 down GEMV prefetches the q/k/v GEMV after it, 2 every GEMV its successor,
-// capped at 4 MiB (CudaBackend::next_l2_cap_). It pays on an H100 only (docs/CUDA_NOTES.md
-// "Session 41": bf16 =2 +0.7%, int4 =1 +0.3%; fp8 and int8 lose at every cap); on an H200 it
-// loses (session 42: bf16 243.1 against 243.9 tok/s, int4 564.4 against 566.0, and no cap from
-// 1 to 16 MiB gains), so every other GPU runs without it.
-inline int l2_prefetch_default_mode(std::string_view gpu_name, DType wtype) {
-  if (gpu_name.find("H100") == std::string_view::npos) return 0;
+// capped at 4 MiB (CudaBackend::next_l2_cap_). fp8 and int8 lose at every cap (session 41).
+inline int l2_prefetch_default_mode(bool pays, DType wtype) {
+  if (!pays) return 0;
   return wtype == DType::BF16 ? 2 : wtype == DType::Q4_0 ? 1 : 0;
 }
 
