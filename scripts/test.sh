@@ -51,10 +51,14 @@ if [ -x scripts/fuzz.sh ]; then
   if scripts/fuzz.sh "${EMBER_FUZZ_SECONDS:-20}"; then record fuzz 1 0; else record fuzz 0 1; fi
 fi
 
-# The CUDA sources must keep compiling where nvcc exists (no GPU needed to compile).
-if command -v nvcc >/dev/null 2>&1 && [ -d src/backend/cuda ] && [ "${EMBER_SKIP_CUDA_BUILD:-0}" != 1 ]; then
+# The CUDA sources must keep compiling where nvcc exists (no GPU needed to compile). The toolkit's
+# own directory counts too: a CUDA install does not put nvcc on PATH, and without this the check
+# silently did not run in a shell (or CI) whose PATH lacks it.
+nvcc_bin=$(command -v nvcc || true)
+[ -n "$nvcc_bin" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc_bin=/usr/local/cuda/bin/nvcc
+if [ -n "$nvcc_bin" ] && [ -d src/backend/cuda ] && [ "${EMBER_SKIP_CUDA_BUILD:-0}" != 1 ]; then
   if cmake -S "$root" -B "$root/build-cuda-compile" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
-       -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF >build/cuda-compile.log 2>&1 &&
+       -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF >build/cuda-compile.log 2>&1 &&
      ninja -C "$root/build-cuda-compile" ember_backend_cuda >>build/cuda-compile.log 2>&1; then
     record cuda-compile 1 0
   else
