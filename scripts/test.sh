@@ -52,10 +52,10 @@ if [ -x scripts/fuzz.sh ]; then
 fi
 
 # The CUDA sources must keep compiling where nvcc exists (no GPU needed to compile). The toolkit's
-# own directory counts too: a CUDA install does not put nvcc on PATH, and without this the check
-# silently did not run in a shell (or CI) whose PATH lacks it.
+# own directory counts too: a CUDA install need not put nvcc on PATH, and where PATH lacks it the
+# check would silently not run.
 nvcc_bin=$(command -v nvcc || true)
-[ -n "$nvcc_bin" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc_bin=/usr/local/cuda/bin/nvcc
+if [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc_bin=/usr/local/cuda/bin/nvcc; fi
 if [ -n "$nvcc_bin" ] && [ -d src/backend/cuda ] && [ "${EMBER_SKIP_CUDA_BUILD:-0}" != 1 ]; then
   if cmake -S "$root" -B "$root/build-cuda-compile" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
        -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF >build/cuda-compile.log 2>&1 &&

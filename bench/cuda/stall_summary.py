@@ -25,10 +25,10 @@ def main(path):
         return
     reader = csv.reader(lines)
     header = next(reader)
-    rows = [r for r in reader if len(r) == len(header)]
-    # (the raw page has one row a launch and a column a metric; a units row follows the header)
-    rows = [r for r in rows if number(r[header.index("ID")]) is not None] if "ID" in header else rows
     col = {name: i for i, name in enumerate(header)}
+    # (the raw page has one row a launch and a column a metric; a units row, whose ID is empty,
+    # follows the header)
+    rows = [r for r in reader if len(r) == len(header) and ("ID" not in col or number(r[col["ID"]]) is not None)]
     latency = [h for h in header if re.match(r"smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio$", h)]
     sampled = [h for h in header if re.match(r"smsp__pcsamp_warps_issue_stalled_\w+$", h) and "not_issued" not in h]
     groups = collections.OrderedDict()
@@ -38,7 +38,7 @@ def main(path):
         full = r[col["Kernel Name"]].replace("void ", "", 1)
         name = full[:full.find(">(") + 1] if ">(" in full else full.split("(")[0]
         name = name.replace("unnamed>::", "")
-        key = (name, r[col.get("Grid Size", col["Kernel Name"])])
+        key = (name, r[col["Grid Size"]] if "Grid Size" in col else "")
         groups.setdefault(key, []).append(r)
     print(f"{len(rows)} launches, {len(groups)} kernels (ncu alone: no PDL neighbours)")
     for (name, grid), rs in groups.items():
