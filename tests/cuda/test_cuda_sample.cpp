@@ -3,6 +3,7 @@
 // above -inf gives token 0.
 #include "cuda_test_util.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -105,6 +106,68 @@ TEST(CudaSample, ArgmaxRowsAfterQueuedWork) {
   ASSERT_TRUE(step->argmax_rows(dx.t, got.data()).is_ok());
   EXPECT_EQ(got[0], 20);
   EXPECT_EQ(got[1], 40);
+}
+
+// The pipelined form (argmax_rows_async into slot 0 or 1, argmax_rows_wait) gives argmax_rows's
+// ids; by default the argmax kernel writes the slot's pinned buffer itself (no download on the
+// stream), so both slots queued at once must each keep their own step's ids.
+TEST(CudaSample, ArgmaxRowsAsyncSlotsEqualSync) {
+  SKIP_WITHOUT_GPU();
+  CudaStep* step = cuda_step(*backend());
+  ASSERT_NE(step, nullptr);
+  const std::pair<int64_t, int> shapes[] = {{128256, 1}, {100003, 3}, {1001, 70}, {7, 1}};
+  for (const auto& [vocab, rows] : shapes) {
+    std::vector<float> a = random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab), -4.0f, 4.0f);
+    std::vector<float> b = random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab + 1), -4.0f, 4.0f);
+    DevTensor da = dev_floats(a, {rows, vocab}), db = dev_floats(b, {rows, vocab});
+    std::vector<int32_t> want_a(static_cast<size_t>(rows)), want_b(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      want_a[static_cast<size_t>(r)] = host_argmax(a.data() + r * vocab, vocab);
+      want_b[static_cast<size_t>(r)] = host_argmax(b.data() + r * vocab, vocab);
+    }
+    ASSERT_TRUE(step->argmax_rows_async(da.t, 0).is_ok());
+    ASSERT_TRUE(step->argmax_rows_async(db.t, 1).is_ok());
+    std::vector<int32_t> got_a(static_cast<size_t>(rows), -1), got_b(static_cast<size_t>(rows), -1);
+    ASSERT_TRUE(step->argmax_rows_wait(0, got_a.data(), rows).is_ok());
+    ASSERT_TRUE(step->argmax_rows_wait(1, got_b.data(), rows).is_ok());
+    EXPECT_EQ(got_a, want_a) << "vocab " << vocab << " rows " << rows;
+    EXPECT_EQ(got_b, want_b) << "vocab " << vocab << " rows " << rows;
+    std::vector<int32_t> sync(static_cast<size_t>(rows), -1);
+    ASSERT_TRUE(step->argmax_rows(db.t, sync.data()).is_ok());
+    EXPECT_EQ(sync, want_b);
+    EXPECT_FALSE(step->argmax_rows_wait(0, got_a.data(), rows + 1).is_ok());  // not what slot 0 holds
+  }
+}
+
+// Step metadata reaches the device whichever way it is uploaded: a kernel reading the pinned
+// staging below 64 KiB (the default), the copy engine above; the ids array sits after another
+// array, so its offset is not 0. get_rows given the host ids reads the device copy.
+TEST(CudaSample, StepMetadataUploadsOfEverySize) {
+  SKIP_WITHOUT_GPU();
+  CudaStep* step = cuda_step(*backend());
+  ASSERT_NE(step, nullptr);
+  const int64_t vocab = 97, d = 8;
+  const std::vector<float> table = random_floats(vocab * d, 5);
+  DevTensor dt = dev_floats(table, {vocab, d});
+  for (int n : {1, 3, 1000, 16000, 16372, 16373, 20000}) {  // 64 B to 80 KB in all (48 B before the ids; 16372: 65,536)
+    std::vector<int32_t> before(9, 1), ids(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + n) % vocab);
+    step->set_step_metadata(
+        {HostArray{before.data(), before.size() * sizeof(int32_t)}, HostArray{ids.data(), ids.size() * sizeof(int32_t)}});
+    // The host array changed after the upload: only the device copy still holds want (an op that
+    // uploaded the host array itself would read the zeros).
+    const std::vector<int32_t> want = ids;
+    std::fill(ids.begin(), ids.end(), 0);
+    DevTensor out = dev_tensor(DType::F32, {n, d});
+    backend()->get_rows(dt.t, ids.data(), n, out.t);
+    const std::vector<float> got = download_floats(out.t);
+    int bad = 0;
+    for (int i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j)
+        if (got[static_cast<size_t>(i * d + j)] != table[static_cast<size_t>(want[static_cast<size_t>(i)] * d + j)]) ++bad;
+    EXPECT_EQ(bad, 0) << n << " ids";
+    step->clear_step_metadata();
+  }
 }
 
 }  // namespace

@@ -116,6 +116,9 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
     be->next_l2_cap_ = static_cast<size_t>(std::max(0L, std::atol(v))) * 1024;
   be->longest_first_ = switched_on("EMBER_CUDA_LONGEST_FIRST");
+  // Pinned host memory the kernels address directly (unified addressing maps every
+  // cudaHostAlloc'd buffer); EMBER_CUDA_ZERO_COPY_STEP=0 keeps the copies (A/B runs).
+  be->zero_copy_steps_ = prop.unifiedAddressing && prop.canMapHostMemory && switched_on("EMBER_CUDA_ZERO_COPY_STEP");
   be->wgmma_prefill_ = wgmma_prefill_available(device) && switched_on("EMBER_CUDA_WGMMA_PREFILL");
   be->fp8_outer_ok_ = switched_on("EMBER_CUDA_FP8_OUTER");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_VARIANT")) be->gemv_variant_ = std::atoi(v);

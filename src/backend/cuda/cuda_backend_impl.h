@@ -371,6 +371,11 @@ class CudaBackend final : public Backend, public CudaStep {
   std::unordered_map<const void*, bool> device_ptr_cache_;
 
   // Step metadata: pinned staging, the device copy (step_dev_) and the arrays it holds.
+  // zero_copy_steps_: small uploads (kZeroCopyMetaBytes) by a kernel that reads the staging,
+  // and argmax_rows_async's ids written by the argmax kernel into their slot: no copy-engine
+  // transfer stands between a pipelined step and the next (CUDA_NOTES.md "Session 44").
+  bool zero_copy_steps_ = true;
+  static constexpr size_t kZeroCopyMetaBytes = size_t{64} << 10;
   void* meta_host_ = nullptr;
   size_t meta_host_bytes_ = 0;
   cudaEvent_t meta_event_ = nullptr;
@@ -394,7 +399,7 @@ class CudaBackend final : public Backend, public CudaStep {
   int64_t argmax_slot_n_[2] = {0, 0};
   // Sizes argmax_dev_ / argmax_host_ (and the slots) for n rows, keeping queued slots' ids.
   Status reserve_argmax(int64_t n);
-  Status launch_argmax(const Tensor& logits);
+  Status launch_argmax(const Tensor& logits, int32_t* host_out = nullptr);
   // sample_rows: one pinned buffer holding the results, the top slots (launches with top
   // lists), the rows and the adjustments, and its device twin.
   void* sample_dev_ = nullptr;

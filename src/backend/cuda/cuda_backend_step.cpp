@@ -301,7 +301,11 @@ void CudaBackend::set_step_metadata(const std::vector<HostArray>& arrays) {
     if (a.bytes > 0 && a.data) step_arrays_.push_back({static_cast<const uint8_t*>(a.data), a.bytes, dev + off});
     off = align_up(off + a.bytes);
   }
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
+  // (the kernel reads the staging when it runs, as the copy engine would: the event guards both)
+  if (zero_copy_steps_ && total <= kZeroCopyMetaBytes)
+    EMBER_CUDA_CHECK(launch_copy_from_host(dev, host, total, stream_));
+  else
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
   EMBER_CUDA_CHECK(cudaEventRecord(meta_event_, stream_));
   meta_event_pending_ = true;
 }
@@ -403,7 +407,7 @@ Status CudaBackend::reserve_argmax(int64_t n) {
   return Status::ok();
 }
 
-Status CudaBackend::launch_argmax(const Tensor& logits) {
+Status CudaBackend::launch_argmax(const Tensor& logits, int32_t* host_out) {
   if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
     return Status::errorf("argmax_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
   const int64_t n = logits.n_rows(), vocab = logits.n_cols();
@@ -420,7 +424,8 @@ Status CudaBackend::launch_argmax(const Tensor& logits) {
     EMBER_CUDA_TRY(cudaMemsetAsync(argmax_scratch_, 0, bytes, stream_));
   }
   EMBER_CUDA_TRY(launch_argmax_rows(static_cast<const float*>(logits.data), static_cast<int>(n), vocab,
-                                    argmax_dev_, n <= 64 && argmax_slices ? argmax_scratch_ : nullptr, stream_));
+                                    argmax_dev_, host_out, n <= 64 && argmax_slices ? argmax_scratch_ : nullptr,
+                                    stream_));
   return Status::ok();
 }
 
@@ -428,9 +433,11 @@ Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
   if (capturing_) return Status::error("argmax_rows during a graph capture");
   const int64_t n = logits.n_rows();
   if (n == 0) return Status::ok();
-  EMBER_RETURN_IF_ERROR(launch_argmax(logits));
-  EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
-                                 cudaMemcpyDeviceToHost, stream_));
+  EMBER_RETURN_IF_ERROR(reserve_argmax(n));  // (argmax_host_ may move)
+  EMBER_RETURN_IF_ERROR(launch_argmax(logits, zero_copy_steps_ ? argmax_host_ : nullptr));
+  if (!zero_copy_steps_)
+    EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
   std::memcpy(host_out, argmax_host_, static_cast<size_t>(n) * sizeof(int32_t));
   return Status::ok();
@@ -442,13 +449,16 @@ Status CudaBackend::argmax_rows_async(const Tensor& logits, int slot) {
   const int64_t n = logits.n_rows();
   argmax_slot_n_[slot] = n;
   if (n == 0) return Status::ok();
-  EMBER_RETURN_IF_ERROR(launch_argmax(logits));
+  EMBER_RETURN_IF_ERROR(reserve_argmax(n));  // (before the slot's buffer is taken: it may move)
   if (argmax_slot_host_[slot] == nullptr)
     EMBER_CUDA_TRY(cudaMallocHost(&argmax_slot_host_[slot], static_cast<size_t>(argmax_cap_) * sizeof(int32_t)));
   if (argmax_slot_event_[slot] == nullptr)
     EMBER_CUDA_TRY(cudaEventCreateWithFlags(&argmax_slot_event_[slot], cudaEventDisableTiming));
-  EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_slot_host_[slot], argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
-                                 cudaMemcpyDeviceToHost, stream_));
+  // Zero copy: the kernel writes the slot too, and the event after it covers those writes.
+  EMBER_RETURN_IF_ERROR(launch_argmax(logits, zero_copy_steps_ ? argmax_slot_host_[slot] : nullptr));
+  if (!zero_copy_steps_)
+    EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_slot_host_[slot], argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_TRY(cudaEventRecord(argmax_slot_event_[slot], stream_));
   return Status::ok();
 }

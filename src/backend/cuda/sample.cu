@@ -59,8 +59,8 @@ struct ArgmaxPart {
 };
 template <bool kVec4, int kT>
 __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict__ x, int64_t vocab, int64_t chunk,
-                                                         int32_t* __restrict__ out, ArgmaxPart* __restrict__ part,
-                                                         unsigned int* __restrict__ count) {
+                                                         int32_t* __restrict__ out, int32_t* __restrict__ host_out,
+                                                         ArgmaxPart* __restrict__ part, unsigned int* __restrict__ count) {
   const int r = blockIdx.y, slices = gridDim.x;
   const float* row = x + static_cast<int64_t>(r) * vocab;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * chunk;
@@ -85,7 +85,10 @@ __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict
   }
   block_best<kT>(bv, bi);
   if (slices == 1) {
-    if (threadIdx.x == 0) out[r] = bi == INT_MAX ? 0 : bi;
+    if (threadIdx.x == 0) {
+      out[r] = bi == INT_MAX ? 0 : bi;
+      if (host_out) host_out[r] = bi == INT_MAX ? 0 : bi;
+    }
     return;
   }
   __shared__ bool last;
@@ -108,6 +111,7 @@ __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict
   block_best<kT>(bv, bi);
   if (threadIdx.x == 0) {
     out[r] = bi == INT_MAX ? 0 : bi;
+    if (host_out) host_out[r] = bi == INT_MAX ? 0 : bi;
     count[r] = 0;
   }
 }
@@ -534,14 +538,31 @@ cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32
   return cudaGetLastError();
 }
 
+__global__ void copy_from_host_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = src[i];
+}
+
+cudaError_t launch_copy_from_host(void* dst, const void* host_src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(host_src) % 16 != 0)
+    return cudaErrorInvalidValue;
+  const size_t n = bytes / 16;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 64));
+  copy_from_host_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(host_src),
+                                                        n);
+  return cudaGetLastError();
+}
+
 // Scratch layout, the same for every launch (the tickets must stay where the last launch left
 // them zeroed): parts [kArgmaxMaxSliceRows][kArgmaxMaxSlices], then the tickets.
 size_t argmax_scratch_bytes() {
   return static_cast<size_t>(kArgmaxMaxSliceRows) * (kArgmaxMaxSlices * sizeof(ArgmaxPart) + sizeof(unsigned int));
 }
 
-cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, void* scratch,
-                               cudaStream_t stream) {
+cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, int32_t* host_out,
+                               void* scratch, cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT_MAX) return cudaErrorInvalidValue;
   const bool vec4 = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -557,9 +578,9 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_
   if (slices == 1) {
     const dim3 grid(1, static_cast<unsigned>(n_rows));
     if (vec4)
-      argmax_rows_kernel<true, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, nullptr, nullptr);
+      argmax_rows_kernel<true, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, host_out, nullptr, nullptr);
     else
-      argmax_rows_kernel<false, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, nullptr, nullptr);
+      argmax_rows_kernel<false, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, host_out, nullptr, nullptr);
     return cudaGetLastError();
   }
   const int64_t chunk = ((vocab + slices - 1) / slices + 3) / 4 * 4;
@@ -571,9 +592,9 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n_rows));
   constexpr int kSliceThreads = 256;
   if (vec4)
-    argmax_rows_kernel<true, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, part, count);
+    argmax_rows_kernel<true, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, host_out, part, count);
   else
-    argmax_rows_kernel<false, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, part, count);
+    argmax_rows_kernel<false, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, host_out, part, count);
   return cudaGetLastError();
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Sampling on the GPU: greedy (argmax) and sampled rows (the host Sampler's rules, bias and
 // penalties included), so that a step downloads one token id per row instead of the whole
-// vocabulary.
+// vocabulary; and the pipelined steps' plumbing (fed input ids, the metadata upload).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -20,8 +20,15 @@ size_t argmax_scratch_bytes();
 // tokens[i] = ids[feed[i]] where feed[i] >= 0, for i < n: a pipelined step's input tokens from
 // the picks of the step queued before it (ids: launch_argmax_rows's out), on the stream.
 cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32_t* ids, int n, cudaStream_t stream);
-cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, void* scratch,
-                               cudaStream_t stream);
+// host_out (null: none): pinned host memory the device can address (cudaHostAlloc'd under unified
+// addressing) that also receives out's ids, so that a pipelined step's picks need no copy after
+// the kernel: each copy on the stream held the next step back by several microseconds.
+cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, int32_t* host_out,
+                               void* scratch, cudaStream_t stream);
+// dst[0, bytes) = host_src[0, bytes) by a kernel reading pinned host memory the device can address
+// (bytes, dst and host_src 16-byte aligned, else cudaErrorInvalidValue): a step's small
+// metadata upload without a copy-engine transfer on the stream (see launch_argmax_rows).
+cudaError_t launch_copy_from_host(void* dst, const void* host_src, size_t bytes, cudaStream_t stream);
 
 // One token's adjustment (sample/token_adjust.h, the host Sampler's min_tokens suppression,
 // logit_bias and penalties): x -> -inf (kSampleAdjSuppress), x += bias (kSampleAdjBias),
