@@ -117,8 +117,9 @@ TEST(CudaSample, ArgmaxRowsAsyncSlotsEqualSync) {
   ASSERT_NE(step, nullptr);
   const std::pair<int64_t, int> shapes[] = {{128256, 1}, {100003, 3}, {1001, 70}, {7, 1}};
   for (const auto& [vocab, rows] : shapes) {
-    std::vector<float> a = random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab), -4.0f, 4.0f);
-    std::vector<float> b = random_floats(static_cast<size_t>(rows * vocab), static_cast<uint32_t>(vocab + 1), -4.0f, 4.0f);
+    const size_t count = static_cast<size_t>(rows * vocab);
+    std::vector<float> a = random_floats(count, static_cast<uint32_t>(vocab), -4.0f, 4.0f);
+    std::vector<float> b = random_floats(count, static_cast<uint32_t>(vocab + 1), -4.0f, 4.0f);
     DevTensor da = dev_floats(a, {rows, vocab}), db = dev_floats(b, {rows, vocab});
     std::vector<int32_t> want_a(static_cast<size_t>(rows)), want_b(static_cast<size_t>(rows));
     for (int r = 0; r < rows; ++r) {
@@ -149,11 +150,12 @@ TEST(CudaSample, StepMetadataUploadsOfEverySize) {
   const int64_t vocab = 97, d = 8;
   const std::vector<float> table = random_floats(vocab * d, 5);
   DevTensor dt = dev_floats(table, {vocab, d});
-  for (int n : {1, 3, 1000, 16000, 16372, 16373, 20000}) {  // 64 B to 80 KB in all (48 B before the ids; 16372: 65,536)
+  // 64 B to 80 KB in all (48 B before the ids; 16372 ids: exactly 65,536)
+  for (int n : {1, 3, 1000, 16000, 16372, 16373, 20000}) {
     std::vector<int32_t> before(9, 1), ids(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + n) % vocab);
-    step->set_step_metadata(
-        {HostArray{before.data(), before.size() * sizeof(int32_t)}, HostArray{ids.data(), ids.size() * sizeof(int32_t)}});
+    step->set_step_metadata({HostArray{before.data(), before.size() * sizeof(int32_t)},
+                             HostArray{ids.data(), ids.size() * sizeof(int32_t)}});
     // The host array changed after the upload: only the device copy still holds want (an op that
     // uploaded the host array itself would read the zeros).
     const std::vector<int32_t> want = ids;
@@ -162,9 +164,11 @@ TEST(CudaSample, StepMetadataUploadsOfEverySize) {
     backend()->get_rows(dt.t, ids.data(), n, out.t);
     const std::vector<float> got = download_floats(out.t);
     int bad = 0;
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < n; ++i) {
+      const int64_t row = want[static_cast<size_t>(i)];
       for (int64_t j = 0; j < d; ++j)
-        if (got[static_cast<size_t>(i * d + j)] != table[static_cast<size_t>(want[static_cast<size_t>(i)] * d + j)]) ++bad;
+        if (got[static_cast<size_t>(i * d + j)] != table[static_cast<size_t>(row * d + j)]) ++bad;
+    }
     EXPECT_EQ(bad, 0) << n << " ids";
     step->clear_step_metadata();
   }

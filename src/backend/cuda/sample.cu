@@ -60,7 +60,8 @@ struct ArgmaxPart {
 template <bool kVec4, int kT>
 __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict__ x, int64_t vocab, int64_t chunk,
                                                          int32_t* __restrict__ out, int32_t* __restrict__ host_out,
-                                                         ArgmaxPart* __restrict__ part, unsigned int* __restrict__ count) {
+                                                         ArgmaxPart* __restrict__ part,
+                                                         unsigned int* __restrict__ count) {
   const int r = blockIdx.y, slices = gridDim.x;
   const float* row = x + static_cast<int64_t>(r) * vocab;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * chunk;
@@ -86,8 +87,9 @@ __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict
   block_best<kT>(bv, bi);
   if (slices == 1) {
     if (threadIdx.x == 0) {
-      out[r] = bi == INT_MAX ? 0 : bi;
-      if (host_out) host_out[r] = bi == INT_MAX ? 0 : bi;
+      const int32_t id = bi == INT_MAX ? 0 : bi;
+      out[r] = id;
+      if (host_out) host_out[r] = id;
     }
     return;
   }
@@ -110,8 +112,9 @@ __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict
   }
   block_best<kT>(bv, bi);
   if (threadIdx.x == 0) {
-    out[r] = bi == INT_MAX ? 0 : bi;
-    if (host_out) host_out[r] = bi == INT_MAX ? 0 : bi;
+    const int32_t id = bi == INT_MAX ? 0 : bi;
+    out[r] = id;
+    if (host_out) host_out[r] = id;
     count[r] = 0;
   }
 }
@@ -578,9 +581,11 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_
   if (slices == 1) {
     const dim3 grid(1, static_cast<unsigned>(n_rows));
     if (vec4)
-      argmax_rows_kernel<true, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, host_out, nullptr, nullptr);
+      argmax_rows_kernel<true, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, host_out, nullptr,
+                                                                        nullptr);
     else
-      argmax_rows_kernel<false, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, host_out, nullptr, nullptr);
+      argmax_rows_kernel<false, kThreads><<<grid, kThreads, 0, stream>>>(x, vocab, vocab, out, host_out, nullptr,
+                                                                         nullptr);
     return cudaGetLastError();
   }
   const int64_t chunk = ((vocab + slices - 1) / slices + 3) / 4 * 4;
@@ -592,9 +597,11 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(n_rows));
   constexpr int kSliceThreads = 256;
   if (vec4)
-    argmax_rows_kernel<true, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, host_out, part, count);
+    argmax_rows_kernel<true, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, host_out, part,
+                                                                              count);
   else
-    argmax_rows_kernel<false, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, host_out, part, count);
+    argmax_rows_kernel<false, kSliceThreads><<<grid, kSliceThreads, 0, stream>>>(x, vocab, chunk, out, host_out, part,
+                                                                               count);
   return cudaGetLastError();
 }
 
