@@ -399,7 +399,9 @@ class CudaBackend final : public Backend, public CudaStep {
   int64_t argmax_slot_n_[2] = {0, 0};
   // Sizes argmax_dev_ / argmax_host_ (and the slots) for n rows, keeping queued slots' ids.
   Status reserve_argmax(int64_t n);
-  Status launch_argmax(const Tensor& logits, int32_t* host_out = nullptr);
+  // Queues the argmax of logits into argmax_dev_ and its ids into argmax_host_ (slot -1) or
+  // argmax_slot_host_[slot]: written by the kernel (zero_copy_steps_) or downloaded after it.
+  Status launch_argmax(const Tensor& logits, int slot);
   // sample_rows: one pinned buffer holding the results, the top slots (launches with top
   // lists), the rows and the adjustments, and its device twin.
   void* sample_dev_ = nullptr;

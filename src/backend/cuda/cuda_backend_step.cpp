@@ -407,12 +407,15 @@ Status CudaBackend::reserve_argmax(int64_t n) {
   return Status::ok();
 }
 
-Status CudaBackend::launch_argmax(const Tensor& logits, int32_t* host_out) {
+Status CudaBackend::launch_argmax(const Tensor& logits, int slot) {
   if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.n_dims < 1)
     return Status::errorf("argmax_rows: expected F32 [n, vocab] device logits, got {}", shape_string(logits));
   const int64_t n = logits.n_rows(), vocab = logits.n_cols();
   flush();
   EMBER_RETURN_IF_ERROR(reserve_argmax(n));
+  // (taken after reserve_argmax, which may move the buffers; a slot's is made on its first use)
+  int32_t*& host = slot < 0 ? argmax_host_ : argmax_slot_host_[slot];
+  if (host == nullptr) EMBER_CUDA_TRY(cudaMallocHost(&host, static_cast<size_t>(argmax_cap_) * sizeof(int32_t)));
   // EMBER_CUDA_ARGMAX_SLICES=0: one block a row whatever the row count (same-call A/B runs).
   static const bool argmax_slices = [] {
     const char* e = std::getenv("EMBER_CUDA_ARGMAX_SLICES");
@@ -423,9 +426,14 @@ Status CudaBackend::launch_argmax(const Tensor& logits, int32_t* host_out) {
     EMBER_CUDA_TRY(cudaMalloc(&argmax_scratch_, bytes));
     EMBER_CUDA_TRY(cudaMemsetAsync(argmax_scratch_, 0, bytes, stream_));
   }
+  // Zero copy: the kernel writes the host buffer too, and whatever waits on the stream after it
+  // sees those writes.
   EMBER_CUDA_TRY(launch_argmax_rows(static_cast<const float*>(logits.data), static_cast<int>(n), vocab,
-                                    argmax_dev_, host_out, n <= 64 && argmax_slices ? argmax_scratch_ : nullptr,
-                                    stream_));
+                                    argmax_dev_, zero_copy_steps_ ? host : nullptr,
+                                    n <= 64 && argmax_slices ? argmax_scratch_ : nullptr, stream_));
+  if (!zero_copy_steps_)
+    EMBER_CUDA_TRY(cudaMemcpyAsync(host, argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_));
   return Status::ok();
 }
 
@@ -433,11 +441,7 @@ Status CudaBackend::argmax_rows(const Tensor& logits, int32_t* host_out) {
   if (capturing_) return Status::error("argmax_rows during a graph capture");
   const int64_t n = logits.n_rows();
   if (n == 0) return Status::ok();
-  EMBER_RETURN_IF_ERROR(reserve_argmax(n));  // (argmax_host_ may move)
-  EMBER_RETURN_IF_ERROR(launch_argmax(logits, zero_copy_steps_ ? argmax_host_ : nullptr));
-  if (!zero_copy_steps_)
-    EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, stream_));
+  EMBER_RETURN_IF_ERROR(launch_argmax(logits, -1));
   EMBER_CUDA_TRY(cudaStreamSynchronize(stream_));
   std::memcpy(host_out, argmax_host_, static_cast<size_t>(n) * sizeof(int32_t));
   return Status::ok();
@@ -449,16 +453,9 @@ Status CudaBackend::argmax_rows_async(const Tensor& logits, int slot) {
   const int64_t n = logits.n_rows();
   argmax_slot_n_[slot] = n;
   if (n == 0) return Status::ok();
-  EMBER_RETURN_IF_ERROR(reserve_argmax(n));  // (before the slot's buffer is taken: it may move)
-  if (argmax_slot_host_[slot] == nullptr)
-    EMBER_CUDA_TRY(cudaMallocHost(&argmax_slot_host_[slot], static_cast<size_t>(argmax_cap_) * sizeof(int32_t)));
+  EMBER_RETURN_IF_ERROR(launch_argmax(logits, slot));
   if (argmax_slot_event_[slot] == nullptr)
     EMBER_CUDA_TRY(cudaEventCreateWithFlags(&argmax_slot_event_[slot], cudaEventDisableTiming));
-  // Zero copy: the kernel writes the slot too, and the event after it covers those writes.
-  EMBER_RETURN_IF_ERROR(launch_argmax(logits, zero_copy_steps_ ? argmax_slot_host_[slot] : nullptr));
-  if (!zero_copy_steps_)
-    EMBER_CUDA_TRY(cudaMemcpyAsync(argmax_slot_host_[slot], argmax_dev_, static_cast<size_t>(n) * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_TRY(cudaEventRecord(argmax_slot_event_[slot], stream_));
   return Status::ok();
 }
