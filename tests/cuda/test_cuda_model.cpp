@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <random>
 #include <span>
 
@@ -92,9 +93,13 @@ class Seqs {
  public:
   Seqs(int block_size, int blocks_per_seq, int n_seqs) : bs_(block_size) {
     const int total = blocks_per_seq * n_seqs;
+    // (i * stride % total is a permutation only for a stride coprime with total: 7 gave 21
+    // blocks three ids, so their sequences overwrote their own keys)
+    int stride = 7;
+    while (std::gcd(stride, total) != 1) stride += 2;
     for (int s = 0; s < n_seqs; ++s) {
       std::vector<int32_t> t;
-      for (int i = 0; i < blocks_per_seq; ++i) t.push_back((s * blocks_per_seq + i) * 7 % total);
+      for (int i = 0; i < blocks_per_seq; ++i) t.push_back((s * blocks_per_seq + i) * stride % total);
       tables_.push_back(t);
       lens_.push_back(0);
     }
