@@ -1012,14 +1012,11 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
     for (const char* format : {"int4", "fp8", "int8", "auto"}) {  // (auto: BF16 weights)
       const bool fused = std::string(format) == "auto" ? md.bf16 : md.packed;
       const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
-      // (the attention kernel after both: QkvAttentionEqualsAttentionKernel checks the GEMV's own)
-      setenv("EMBER_CUDA_QKV_ATTN", "0", 1);
       setenv("EMBER_CUDA_GEMV_ROPE", "1", 1);  // (BF16 too: by default only the packed formats)
       auto a = load_runner(path, "cuda", DType::BF16, bpb, true, format);
       setenv("EMBER_CUDA_GEMV_ROPE", "0", 1);
       auto b = load_runner(path, "cuda", DType::BF16, bpb, true, format);
       unsetenv("EMBER_CUDA_GEMV_ROPE");
-      unsetenv("EMBER_CUDA_QKV_ATTN");
       ASSERT_TRUE(a && b) << path;
       const int vocab = a->vocab_size();
       const auto prompt = random_prompts(vocab, 23, 1, n_prompt, 0);
@@ -1046,77 +1043,6 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
         const bool by_default = std::string(format) == "int8";
         EXPECT_EQ(cuda_step(d->backend())->gemv_rope_launches() > 0, by_default) << path << " " << format << " by default";
       }
-    }
-  }
-}
-
-// Batch-1 decode with packed weights and EMBER_CUDA_QKV_ATTN=1 (off by default: slower, see
-// docs/CUDA_NOTES.md "Session 45") computes the attention inside the q/k/v GEMV (GemvAttn,
-// qkv_attention.h: the block that stores a kv head's group's last tile attends for the group).
-// Against the same model with EMBER_CUDA_QKV_ATTN=0 (the attention kernel after the GEMV): the
-// same logits to rounding on every decode step (graphs: the bound of the graph's width counts;
-// 61-71 keys, so each warp takes two or three 4-key chunks and the last one is partial), and the
-// fused launch ran on every layer of every step. Fixtures: G = 1 (llama2, head_dim 16) and G = 2
-// (mistral); EMBER_CUDA_TEST_MODEL: G = 4, head_dim 128, a prompt past 256 keys. Where the keys
-// pass EMBER_CUDA_QKV_ATTN_KEYS the GEMV and the attention kernel run as without it: eager steps
-// cross the bound mid-sequence (fused below it, then not), graphs whose bound is past it never
-// fuse and give the plain path's logits bit for bit.
-TEST(CudaModel, QkvAttentionEqualsAttentionKernel) {
-  SKIP_WITHOUT_GPU();
-  struct Model {
-    std::string path;
-    int n_prompt;
-    double tol;  // (the 8B shapes: the attention kernel rounds Q and P to BF16; the fixtures' kernel does not)
-  };
-  std::vector<Model> models = {{kFixtures + "/llama2/hf", 61, 1e-4}, {kFixtures + "/mistral/hf", 61, 1e-4}};
-  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) models.push_back({dir, 300, 2e-2});
-  auto load_with = [](const std::string& path, const char* format, int bpb, const char* on, const char* keys,
-                      bool graphs) {
-    setenv("EMBER_CUDA_QKV_ATTN", on, 1);
-    if (keys) setenv("EMBER_CUDA_QKV_ATTN_KEYS", keys, 1);
-    auto r = load_runner(path, "cuda", DType::BF16, bpb, graphs, format);
-    unsetenv("EMBER_CUDA_QKV_ATTN");
-    unsetenv("EMBER_CUDA_QKV_ATTN_KEYS");
-    return r;
-  };
-  for (const Model& md : models) {
-    if (!std::ifstream(md.path + "/config.json")) continue;
-    for (const char* format : {"int4", "fp8", "int8"}) {
-      const int n_decode = 10, bpb = (md.n_prompt + n_decode + 15) / 16 + 1;
-      const std::string bound = std::to_string(md.n_prompt + 4);  // (eager: fused for the first 4 steps)
-      auto fused = load_with(md.path, format, bpb, "1", nullptr, true);
-      auto plain = load_with(md.path, format, bpb, "0", nullptr, true);
-      auto crossing = load_with(md.path, format, bpb, "1", bound.c_str(), false);
-      auto past = load_with(md.path, format, bpb, "1", "16", true);
-      ASSERT_TRUE(fused && plain && crossing && past) << md.path;
-      const int vocab = fused->vocab_size();
-      const int layers = fused->config().n_layers;
-      const auto prompt = random_prompts(vocab, 29, 1, md.n_prompt, 0);
-      std::vector<ModelRunner*> runners = {fused.get(), plain.get(), crossing.get(), past.get()};
-      std::vector<Seqs> seqs(runners.size(), Seqs(16, bpb, 1));
-      std::vector<std::vector<float>> lg(runners.size());
-      for (size_t i = 0; i < runners.size(); ++i) ASSERT_TRUE(seqs[i].step(*runners[i], prompt, false, lg[i]).is_ok());
-      double worst = 0;
-      for (int j = 0; j < n_decode; ++j) {
-        const int32_t next = argmax(lg[1].data(), vocab);
-        for (size_t i = 0; i < runners.size(); ++i) ASSERT_TRUE(seqs[i].step(*runners[i], {{next}}, false, lg[i]).is_ok());
-        const double e = rel_error(lg[0].data(), lg[1].data(), vocab);
-        worst = std::max(worst, e);
-        if (std::getenv("EMBER_TEST_VERBOSE"))
-          std::printf("[ qkv attention ] %s %s step %d: fused %.3g crossing %.3g past %.3g\n", md.path.c_str(), format, j,
-                      e, rel_error(lg[2].data(), lg[1].data(), vocab), rel_error(lg[3].data(), lg[1].data(), vocab));
-        EXPECT_LE(e, md.tol) << md.path << " " << format << " decode " << j;
-        EXPECT_LE(rel_error(lg[2].data(), lg[1].data(), vocab), md.tol) << md.path << " " << format << " decode " << j;
-        EXPECT_EQ(lg[3], lg[1]) << md.path << " " << format << " decode " << j << ": not bit for bit";
-      }
-      std::printf("[ qkv attention ] %s %s: worst relative logit error %.3g against the attention kernel\n",
-                  md.path.c_str(), format, worst);
-      // (a graph's launches count once, at its capture; the first decode step runs eagerly)
-      EXPECT_GE(cuda_step(fused->backend())->qkv_attn_launches(), static_cast<uint64_t>(layers)) << md.path << " " << format;
-      EXPECT_EQ(cuda_step(plain->backend())->qkv_attn_launches(), 0u) << md.path << " " << format;
-      EXPECT_EQ(cuda_step(crossing->backend())->qkv_attn_launches(), static_cast<uint64_t>(4 * layers))
-          << md.path << " " << format;
-      EXPECT_EQ(cuda_step(past->backend())->qkv_attn_launches(), 0u) << md.path << " " << format;
     }
   }
 }

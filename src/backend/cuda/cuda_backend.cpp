@@ -111,8 +111,6 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_ROPE")) be->gemv_rope_ = std::strcmp(v, "0") == 0 ? 0 : 1;
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
-  be->qkv_attn_ = std::getenv("EMBER_CUDA_QKV_ATTN") && std::string(std::getenv("EMBER_CUDA_QKV_ATTN")) == "1";
-  if (const char* v = std::getenv("EMBER_CUDA_QKV_ATTN_KEYS")) be->qkv_attn_keys_ = std::max(0, std::atoi(v));
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_WHEN")) be->next_l2_when_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
@@ -165,8 +163,6 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   EMBER_CUDA_TRY(cudaMalloc(&be->iota_, iota.size() * sizeof(int32_t)));
   EMBER_CUDA_TRY(cudaMemcpy(be->iota_, iota.data(), iota.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   EMBER_CUDA_TRY(cudaMalloc(&be->order_, kMaxLongestFirst * sizeof(int32_t)));
-  EMBER_CUDA_TRY(cudaMalloc(&be->attn_tickets_, kGemvAttnMaxKvHeads * sizeof(int)));
-  EMBER_CUDA_TRY(cudaMemset(be->attn_tickets_, 0, kGemvAttnMaxKvHeads * sizeof(int)));
   EMBER_LOG_INFO("cuda backend: device {} ({}, {} SMs, {:.1f} GiB){}", device, prop.name,
                  prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
                  be->fuse_ ? "" : ", op fusion off");
@@ -183,7 +179,6 @@ CudaBackend::~CudaBackend() {
     if (s->p) cudaFree(s->p);
   if (iota_) cudaFree(iota_);
   if (order_) cudaFree(order_);
-  if (attn_tickets_) cudaFree(attn_tickets_);
   if (argmax_dev_) cudaFree(argmax_dev_);
   if (argmax_host_) cudaFreeHost(argmax_host_);
   if (argmax_scratch_) cudaFree(argmax_scratch_);
@@ -966,12 +961,9 @@ void CudaBackend::kv_store(KvLayer& kv, const Tensor& k, const Tensor& v, const 
     pg_.rope = GemvRope{pr_.positions, pr_.inv_freq, slots_in_step, pr_.factor, pr_.head_dim,
                          kv.k.data, kv.v.data, kv.k.dtype == DType::BF16};
     pr_.active = false;
-    if (qkv_attn_ && pg_.wtype != DType::BF16) {  // (the attention launches it: pqa_)
-      pqa_ = PendingQkvAttn{true, pg_.segs[0].out, kv.k.data, kv.v.data};
-      return;
-    }
     flush();  // the GEMV, with the rope and the store
     roped_ = GemvRoped{true, pg_.segs[0].out, kv.k.data, kv.v.data};
+    ++gemv_rope_launches_;
     return;
   }
   if (fuse_rope) pr_.active = false;  // launched below, with the store
@@ -1055,14 +1047,9 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
                          prs_.n * p.n_heads * p.head_dim == q.numel();
   if (held_rope) prs_active_ = false;
   // The q/k/v GEMV before rotated q and stored this step's K/V (GemvRope), if no op came since.
-  bool gemv_roped = roped_.active && !others_pending && !held_rope && roped_.q == q.data &&
-                    roped_.k_cache == kv.k.data && roped_.v_cache == kv.v.data;
-  // Or that GEMV is still pending (pqa_), for this q and cache, with nothing after it: launched
-  // below, with this attention in its blocks where that applies (qkv_attention.h).
-  const bool qkv_pending = pqa_.active && pg_.count == 3 && pg_.rope.head_dim > 0 && !pgm_.active && !pa_.active &&
-                           !pn_.active && !pgl_.active && !pr_.active && !prs_active_ && pqa_.q == q.data &&
-                           pqa_.k_cache == kv.k.data && pqa_.v_cache == kv.v.data;
-  if (!qkv_pending) flush();
+  const bool gemv_roped = roped_.active && !others_pending && !held_rope && roped_.q == q.data &&
+                          roped_.k_cache == kv.k.data && roped_.v_cache == kv.v.data;
+  flush();
   require(q, DType::F32, "attention q");
   require(out, DType::F32, "attention out");
   const bool i8 = kv.k.dtype == DType::I8;
@@ -1083,7 +1070,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
               "attention: q {} out {} (rows must be 16-byte aligned)", shape_string(q), shape_string(out));
   const int n_seqs = batch.n_seqs;
   if (n_seqs == 0 || n_tokens == 0) {
-    if (qkv_pending) flush();
     if (held_rope) EMBER_CUDA_CHECK(launch_rope_kv_store(prs_, stream_, /*pdl=*/true));
     return;
   }
@@ -1144,29 +1130,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.query_start = static_cast<const int32_t*>(qs.dev);
   a.seq_lens = static_cast<const int32_t*>(sl.dev);
   a.block_tables = static_cast<const int32_t*>(bt.dev);
-  if (qkv_pending) {
-    // One sequence's one new token over at most qkv_attn_keys_ keys (a graph's bound too), the
-    // plain softmax of a BF16 / F16 cache: the GEMV's blocks compute it. Else the GEMV runs as
-    // kv_store would have launched it, and the attention kernel below copies earlier tokens'
-    // K/V before its wait (gemv_roped).
-    const bool fits = n_seqs == 1 && ids[0].size() == 1 && ids[1].empty() && max_new[0] == 1 &&
-                      max_kv[0] <= qkv_attn_keys_ && p.sliding_window <= 0 && p.logit_softcap <= 0.0f &&
-                      (kv.k.dtype == DType::BF16 || kv.k.dtype == DType::F16) && group <= kGemvAttnMaxGroup &&
-                      p.head_dim <= kGemvAttnMaxHeadDim && p.n_kv_heads <= kGemvAttnMaxKvHeads &&
-                      (max_kv[0] + kv.block_size - 1) / kv.block_size <= kGemvAttnMaxTableBlocks;
-    GemvAttn ga;
-    ga.seq_len = a.seq_lens;
-    ga.block_table = a.block_tables;
-    ga.out = out.as<float>();
-    ga.tickets = attn_tickets_;
-    ga.scale_log2 = p.scale * 1.4426950408889634f;
-    ga.block_size = kv.block_size;
-    ga.group = group;
-    ga.max_keys = max_kv[0];
-    pqa_.active = false;
-    if (launch_pending_gemv(fits ? &ga : nullptr)) return;
-    gemv_roped = true;
-  }
   // The launch arguments of group c (0 decode, 1 prefill).
   auto group_args = [&](int c) {
     PagedAttnArgs g = a;

@@ -69,9 +69,6 @@ class CudaStep {
   // Launches so far of a packed q/k/v GEMV that also did the rope and the K/V store (GemvRope in
   // qgemv.cuh; a captured launch counts once, at capture): tests check that the path ran.
   virtual uint64_t gemv_rope_launches() const = 0;
-  // Launches so far of a packed q/k/v GEMV that also computed the decode attention (GemvAttn in
-  // qkv_attention.h; counted as gemv_rope_launches is).
-  virtual uint64_t qkv_attn_launches() const = 0;
   // Launches so far of a GEMV (packed or BF16) that prefetched the next GEMV's weights into L2
   // (EMBER_CUDA_NEXT_L2; L2Prefetch in l2_prefetch.h; counted as gemv_rope_launches is).
   virtual uint64_t next_l2_launches() const = 0;

@@ -122,7 +122,6 @@ class CudaBackend final : public Backend, public CudaStep {
   void drop_graphs() override;
   size_t num_graphs() const override { return graphs_.size(); }
   uint64_t gemv_rope_launches() const override { return gemv_rope_launches_; }
-  uint64_t qkv_attn_launches() const override { return qkv_attn_launches_; }
   uint64_t next_l2_launches() const override { return next_l2_launches_; }
   Result<GpuMemoryInfo> memory_info() override;
   void make_current() override { cudaSetDevice(device_); }
@@ -456,26 +455,6 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   GemvRoped roped_;
   uint64_t gemv_rope_launches_ = 0;
-  // The q/k/v GEMV with the rope + K/V store (pg_ with pg_.rope set) that kv_store left pending
-  // for the attention after it, which launches it with the decode attention in its blocks
-  // (GemvAttn, qkv_attention.h) where that applies, plainly otherwise; any other op's flush
-  // launches it plainly. Off by default (slower: docs/CUDA_NOTES.md "Session 45");
-  // EMBER_CUDA_QKV_ATTN=1 takes it; EMBER_CUDA_QKV_ATTN_KEYS: the most keys it takes (a graph's
-  // bound counts), above which the attention kernel splits them.
-  struct PendingQkvAttn {
-    bool active = false;
-    const void* q = nullptr;
-    const void* k_cache = nullptr;
-    const void* v_cache = nullptr;
-  };
-  PendingQkvAttn pqa_;
-  bool qkv_attn_ = false;
-  int qkv_attn_keys_ = 1024;
-  int* attn_tickets_ = nullptr;  // [kGemvAttnMaxKvHeads], zero between launches
-  uint64_t qkv_attn_launches_ = 0;
-  // Launches pg_ (flush's GEMV part); with attn, the q/k/v GEMV with the group attention if the
-  // kernel takes it (true), else plainly (false).
-  bool launch_pending_gemv(const GemvAttn* attn);
   // Which formats' q/k/v GEMV takes the rope + K/V store (gemv_rope_for): the packed formats by
   // default, BF16 where the o projection is not held (EMBER_CUDA_GEMV_HOLD=0);
   // EMBER_CUDA_GEMV_ROPE=0 none, =1 every format (A/B runs). Batch 1 (docs/CUDA_NOTES.md

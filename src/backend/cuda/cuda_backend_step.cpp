@@ -168,49 +168,6 @@ bool CudaBackend::try_defer_gemv(const Tensor& x, const Tensor& w, const float* 
   return true;
 }
 
-bool CudaBackend::launch_pending_gemv(const GemvAttn* attn) {
-  const int count = pg_.count;
-  pg_.count = 0;
-  const GemvRope rope = pg_.rope;
-  pg_.rope = GemvRope{};
-  if (rope.head_dim > 0) ++gemv_rope_launches_;
-  if (pg_.wtype != DType::BF16) {
-    QGemvSeg q[kQGemvMaxSegs];
-    for (int s = 0; s < count; ++s) {
-      const GemvSeg& g = pg_.segs[s];
-      q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
-    }
-    const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
-    if (next) {
-      int64_t rows = 0;
-      for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
-      next = counted_prefetch(next, qgemv_prefetch_takes(qformat_of(pg_.wtype), pg_.n, rows, pg_.k, pg_.norm.w != nullptr));
-    }
-    auto launch = [&](const GemvAttn* a) {
-      return launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true, stream_,
-                                QGemvPath::Auto, &pg_.norm, 0, rope.head_dim > 0 ? &rope : nullptr, next, a);
-    };
-    if (attn && rope.head_dim > 0) {
-      const cudaError_t e = launch(attn);
-      if (e == cudaSuccess) {
-        ++qkv_attn_launches_;
-        return true;
-      }
-      if (e != cudaErrorNotSupported) EMBER_CUDA_CHECK(e);  // (not supported: nothing launched)
-    }
-    EMBER_CUDA_CHECK(launch(nullptr));
-  } else {
-    int64_t rows = 0;  // of all the matrices (one grid)
-    for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
-    const int variant = gemv_variant(pg_.n, rows, pg_.k);
-    const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
-    if (next) next = counted_prefetch(next, gemv_prefetch_takes(variant, pg_.n, count, pg_.segs[0].m, pg_.k));
-    EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, variant, /*pdl=*/true, stream_,
-                                            rope.head_dim > 0 ? &rope : nullptr, next));
-  }
-  return false;
-}
-
 void CudaBackend::flush() {
   roped_.active = false;
   if (prs_active_) {  // (the oldest pending op: kv_store flushed everything before it)
@@ -221,8 +178,36 @@ void CudaBackend::flush() {
     pgm_.active = false;
     pgm_.run(*this, pgm_.jobs, false);
   }
-  pqa_.active = false;
-  if (pg_.count > 0) launch_pending_gemv(nullptr);
+  if (pg_.count > 0) {
+    const int count = pg_.count;
+    pg_.count = 0;
+    const GemvRope rope = pg_.rope;
+    pg_.rope = GemvRope{};
+    if (pg_.wtype != DType::BF16) {
+      QGemvSeg q[kQGemvMaxSegs];
+      for (int s = 0; s < count; ++s) {
+        const GemvSeg& g = pg_.segs[s];
+        q[s] = QGemvSeg{g.w, g.bias, g.out, g.m, pg_.accumulate[s]};
+      }
+      const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
+      if (next) {
+        int64_t rows = 0;
+        for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
+        next = counted_prefetch(next, qgemv_prefetch_takes(qformat_of(pg_.wtype), pg_.n, rows, pg_.k, pg_.norm.w != nullptr));
+      }
+      EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
+                                          stream_, QGemvPath::Auto, &pg_.norm, 0,
+                                          rope.head_dim > 0 ? &rope : nullptr, next));
+    } else {
+      int64_t rows = 0;  // of all the matrices (one grid)
+      for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
+      const int variant = gemv_variant(pg_.n, rows, pg_.k);
+      const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
+      if (next) next = counted_prefetch(next, gemv_prefetch_takes(variant, pg_.n, count, pg_.segs[0].m, pg_.k));
+      EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, variant, /*pdl=*/true, stream_,
+                                              rope.head_dim > 0 ? &rope : nullptr, next));
+    }
+  }
   if (pa_.active) {
     pa_.active = false;
     EMBER_CUDA_CHECK(launch_add(pa_.a, pa_.b, pa_.out, pa_.n, stream_, /*pdl=*/true));

@@ -353,7 +353,7 @@ bool qgemv_rope_takes(QFormat f, const QGemvSeg* segs, int n_segs, int n, int64_
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                               int cluster, const GemvRope* rope, const L2Prefetch* prefetch, const GemvAttn* attn) {
+                               int cluster, const GemvRope* rope, const L2Prefetch* prefetch) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   const bool roped = rope && rope->head_dim > 0;
@@ -380,8 +380,7 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   if (norm) A.norm = *norm;
   A.cluster = cluster;
   // (qgemv_rope_takes: three segments of whole 16-row tiles, the staged kernel's path)
-  if (roped) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, rope, nullptr, attn);
-  if (attn) return cudaErrorInvalidValue;
+  if (roped) return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, rope);
   if (use_fp8_wg(path, f, n, k, cluster, qgemv_wg_kind(false, int64_t{tiles} * 16, norm && norm->w))) {
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/false, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)

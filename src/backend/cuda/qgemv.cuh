@@ -19,7 +19,6 @@
 // logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
 // backend reads them: is_packed / qformat_of in cuda_backend_impl.h).
 #include "backend/cuda/l2_prefetch.h"
-#include "backend/cuda/qkv_attention.h"
 #include "backend/cuda/rope_epilogue.h"
 #include "backend/cuda/xnorm.h"
 
@@ -145,12 +144,10 @@ bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* n
 // rope (null or head_dim 0: none): the rope + K/V store epilogue (GemvRope; qgemv_rope_takes).
 // prefetch (null or n 0: none): the next GEMV's weights into L2 (L2Prefetch; ignored where
 // qgemv_prefetch_takes is false).
-// attn (null: none): with rope, the decode attention too (launch_qgemv_staged's attn; may return
-// cudaErrorNotSupported without launching anything).
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
                                const XNorm* norm = nullptr, int cluster = 0, const GemvRope* rope = nullptr,
-                               const L2Prefetch* prefetch = nullptr, const GemvAttn* attn = nullptr);
+                               const L2Prefetch* prefetch = nullptr);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
@@ -202,12 +199,8 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
 // rope (null or head_dim 0: none): the rope epilogue, on the kernel qgemv_staged_rope_path says.
 // (Not a QGemvProblem field: every staged kernel's launch arguments would grow by it.)
 // prefetch (null or n 0: none): as launch_qgemv_multi's, on a kernel of its own (the same reason).
-// attn (null: none): with rope, the decode attention of each kv head's group in the GEMV's blocks
-// (GemvAttn, qkv_attention.h); cudaErrorNotSupported, nothing launched, where the GPU does not hold
-// a block for every tile at once.
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr,
-                                const GemvAttn* attn = nullptr);
+                                const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr);
 // Whether launch_qgemv_staged runs a plain (no GLU) GEMV of n rows with the norm folded (norm)
 // on the kernel that has the rope epilogue (one row, the 4-unit ring, the norm staged at once).
 bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm);

@@ -42,7 +42,6 @@
 #include "backend/cuda/qgemv.cuh"
 #include "backend/cuda/qgemm_common.cuh"
 #include "backend/cuda/probe.cuh"
-#include "backend/cuda/qkv_attention.cuh"
 #include "backend/cuda/rope_epilogue.cuh"
 
 #include <cooperative_groups.h>
@@ -101,18 +100,12 @@ struct SArgs : QGemvProblem {
 struct SArgsRope : SArgs {
   GemvRope rope;
 };
-// Likewise the kernels that prefetch the next GEMV's weights into L2 (kNext), and the rope
-// epilogue's kernels that also compute the decode attention (kAttn).
+// Likewise the kernels that prefetch the next GEMV's weights into L2 (kNext).
 struct SArgsNext : SArgs {
   L2Prefetch next;
 };
-struct SArgsRopeAttn : SArgsRope {
-  GemvAttn attn;
-};
-template <bool kRope, bool kNext = false, bool kAttn = false>
-using KernelArgs =
-    std::conditional_t<kAttn, SArgsRopeAttn,
-                       std::conditional_t<kRope, SArgsRope, std::conditional_t<kNext, SArgsNext, SArgs>>>;
+template <bool kRope, bool kNext = false>
+using KernelArgs = std::conditional_t<kRope, SArgsRope, std::conditional_t<kNext, SArgsNext, SArgs>>;
 
 // How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
 // Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
@@ -635,16 +628,10 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
 // kRope: the rope + K/V store epilogue (GemvRope; one batch row, S == 1, no cluster).
 // kNext: the L2 prefetch of the next GEMV's weights (L2Prefetch; plain GEMVs, no cluster).
-// kAttn: with kRope, the decode attention of each kv head's group in the block that stores the
-// group's last tile (GemvAttn, qkv_attention.cuh; one tile a block). Its blocks must keep the
-// residency of the rope kernels (int4 80 registers: 3 blocks an SM; fp8 / int8 64: 4).
-template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false,
-          bool kAttn = false>
-__global__ void __launch_bounds__(kWarps * 32, kAttn ? 3 : 2)
-    qgemv_staged_kernel(const KernelArgs<kRope, kNext, kAttn> A) {
+template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false>
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
   static_assert(!kNext || (S == 1 && !kCl && !kRope), "the prefetch: plain GEMVs without the cluster split");
-  static_assert(!kAttn || kRope, "the group attention follows the rope epilogue");
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
@@ -895,33 +882,6 @@ __global__ void __launch_bounds__(kWarps * 32, kAttn ? 3 : 2)
   if constexpr (kNext) {
     if (A.next.when == 1 && threadIdx.x == 0) l2_prefetch_slice(A.next, blockIdx.x);
   }
-  if constexpr (kAttn) {
-    // This block's tile (its only one) is stored: a ticket of its kv head's group (q tiles of the
-    // group's G heads, then its k and v tiles, D / 16 each); the last one computes the group's
-    // attention, reading what the others stored (their fences before their tickets), and leaves
-    // the ticket at zero for the next launch (which takes tickets only after its PDL wait).
-    __shared__ int s_last;
-    const int per_head = A.rope.head_dim / 16;
-    const int tile0 = static_cast<int>(blockIdx.x);
-    const int si = seg_index(A, tile0);
-    const int tl = tile0 - (si == 0 ? 0 : A.tile_end[si - 1]);
-    const int kh = si == 0 ? tl / per_head / A.attn.group : tl / per_head;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const int last = atomicAdd(A.attn.tickets + kh, 1) == (A.attn.group + 2) * per_head - 1;
-      if (last) A.attn.tickets[kh] = 0;
-      s_last = last;
-    }
-    __syncthreads();
-    static_assert(sizeof(red) >= qkv_attn::kAuxBytes && ring_bytes(F, R) >= qkv_attn::ring_bytes(kGemvAttnMaxHeadDim),
-                  "the group attention's shared memory");
-    if (s_last) {
-      __threadfence();
-      gemv_group_attention(A.attn, A.rope, A.out[0], static_cast<int>(A.m[1] / A.rope.head_dim), kh, smem_all,
-                           reinterpret_cast<uint8_t*>(&red[0][0][0][0]));
-    }
-  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCl) cooperative_groups::this_cluster().sync();  // no block leaves while its sums may be read
 #endif
@@ -1119,40 +1079,15 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 // at once (qgemv_staged_rope_path). (Referenced here, before launch_s instantiates the others, so
 // that their code lands after those kernels' in the module and moves none of them: see
 // docs/CUDA_NOTES.md "Session 30" on code placement.)
-// attn (null: none): the group attention too (kAttn), only where every tile gets a block of its
-// own (else cudaErrorNotSupported, nothing launched).
-cudaError_t launch_rope_staged(QFormat f, const SArgsRope& A, bool pdl, cudaStream_t stream, const GemvAttn* attn) {
-  const size_t smem = staged_smem(f, 4, A.n, A.k);
-  if (attn) {
-    auto kernel =
-        f == QFormat::Int4   ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::NormOne, true, false, true>
-        : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 1, 4, false, XStage::NormOne, true, false, true>
-                             : qgemv_staged_kernel<QFormat::Fp8, 1, 1, 4, false, XStage::NormOne, true, false, true>;
-    const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
-    if (resident < A.n_tiles) return cudaErrorNotSupported;
-    SArgsRopeAttn RA;
-    static_cast<SArgsRope&>(RA) = A;
-    RA.attn = *attn;
-    return launch_kernel(kernel, dim3(A.n_tiles), dim3(kWarps * 32), smem, stream, pdl, RA);
-  }
+cudaError_t launch_rope_staged(QFormat f, const SArgsRope& A, bool pdl, cudaStream_t stream) {
   auto kernel = f == QFormat::Int4  ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::NormOne, true>
                 : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 1, 4, false, XStage::NormOne, true>
                                      : qgemv_staged_kernel<QFormat::Fp8, 1, 1, 4, false, XStage::NormOne, true>;
+  const size_t smem = staged_smem(f, 4, A.n, A.k);
   const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const int grid = A.n_tiles < resident ? A.n_tiles : resident;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
-}
-
-// The group attention's arguments against the GEMV's segments: q of n_kv_heads * group heads,
-// k and v of n_kv_heads, head_dim within the kernel's lanes, the block table within its cache.
-bool gemv_attn_valid(const GemvAttn& a, const QGemvProblem& p, int head_dim) {
-  if (!a.seq_len || !a.block_table || !a.out || !a.tickets || a.block_size <= 0 || a.max_keys <= 0) return false;
-  if (a.group < 1 || a.group > kGemvAttnMaxGroup || head_dim > kGemvAttnMaxHeadDim || head_dim % 16 != 0) return false;
-  if ((a.max_keys + a.block_size - 1) / a.block_size > kGemvAttnMaxTableBlocks) return false;
-  const int64_t kv_heads = p.m[1] / head_dim;
-  return kv_heads >= 1 && kv_heads <= kGemvAttnMaxKvHeads && p.m[1] == kv_heads * head_dim &&
-         p.m[2] == p.m[1] && p.m[0] == kv_heads * a.group * head_dim;
 }
 
 }  // namespace
@@ -1167,11 +1102,10 @@ bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
 }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope_args, const L2Prefetch* prefetch, const GemvAttn* attn) {
+                                const GemvRope* rope_args, const L2Prefetch* prefetch) {
   const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
   if (c.plan.ring == 0) return cudaErrorInvalidValue;
   const bool rope = rope_args && rope_args->head_dim > 0;
-  if (attn && !rope) return cudaErrorInvalidValue;
   if (rope && (glu || p.n_segs != 3 || rope_args->head_dim % 16 != 0 ||
                !qgemv_staged_rope_path(f, p.n, p.k, p.norm.w != nullptr)))
     return cudaErrorInvalidValue;
@@ -1190,8 +1124,7 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     SArgsRope R;
     static_cast<SArgs&>(R) = A;
     R.rope = *rope_args;
-    if (attn && !gemv_attn_valid(*attn, p, rope_args->head_dim)) return cudaErrorInvalidValue;
-    return launch_rope_staged(f, R, pdl, stream, attn);
+    return launch_rope_staged(f, R, pdl, stream);
   }
   if (prefetch && !l2_prefetch_valid(*prefetch)) return cudaErrorInvalidValue;  // (the caller's bug, not ignored)
   if (prefetch && prefetch->n > 0 && !glu && p.cluster == 0 && prefetch_kernel_takes(c, p.n, p.norm.w != nullptr)) {
