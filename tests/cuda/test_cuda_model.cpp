@@ -96,7 +96,7 @@ class Seqs {
     // (i * stride % total is a permutation only for a stride coprime with total: 7 gave 21
     // blocks three ids, so their sequences overwrote their own keys)
     int stride = 7;
-    while (std::gcd(stride, total) != 1) stride += 2;
+    while (total > 1 && std::gcd(stride, total) != 1) stride += 2;  // (total 0: no blocks to scramble)
     for (int s = 0; s < n_seqs; ++s) {
       std::vector<int32_t> t;
       for (int i = 0; i < blocks_per_seq; ++i) t.push_back((s * blocks_per_seq + i) * stride % total);
