@@ -303,7 +303,7 @@ void CudaBackend::set_step_metadata(const std::vector<HostArray>& arrays) {
   }
   // (the kernel reads the staging when it runs, as the copy engine would: the event guards both)
   if (zero_copy_steps_ && total <= kZeroCopyMetaBytes)
-    EMBER_CUDA_CHECK(launch_copy_from_host(dev, host, total, stream_));
+    EMBER_CUDA_CHECK(launch_copy16(dev, host, total, stream_));  // (total: a multiple of kAlign)
   else
     EMBER_CUDA_CHECK(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
   EMBER_CUDA_CHECK(cudaEventRecord(meta_event_, stream_));

@@ -84,7 +84,9 @@ cudaError_t launch_add_bias(float* out, const float* bias, int64_t rows, int64_t
                             cudaStream_t stream);
 
 // dst = src for bytes (a multiple of 16, both 16-byte aligned) with SM loads and stores: the
-// device-to-device bandwidth ceiling that benchmarks report beside their kernels.
+// device-to-device bandwidth ceiling that benchmarks report beside their kernels, and a step's
+// small metadata upload from pinned host memory the device addresses (unified addressing), with
+// no copy-engine transfer on the stream.
 cudaError_t launch_copy16(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
 // Fills n bytes with a byte value (tests poison outputs with 0xff: NaN in F32 / BF16).

@@ -57,6 +57,13 @@ struct ArgmaxPart {
   float v;
   int i;
 };
+// Row r's pick (bi; INT_MAX where every value was NaN: id 0) into out and, if given, host_out.
+__device__ __forceinline__ void store_pick(int32_t* out, int32_t* host_out, int r, int bi) {
+  const int32_t id = bi == INT_MAX ? 0 : bi;
+  out[r] = id;
+  if (host_out) host_out[r] = id;
+}
+
 template <bool kVec4, int kT>
 __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict__ x, int64_t vocab, int64_t chunk,
                                                          int32_t* __restrict__ out, int32_t* __restrict__ host_out,
@@ -86,11 +93,7 @@ __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict
   }
   block_best<kT>(bv, bi);
   if (slices == 1) {
-    if (threadIdx.x == 0) {
-      const int32_t id = bi == INT_MAX ? 0 : bi;
-      out[r] = id;
-      if (host_out) host_out[r] = id;
-    }
+    if (threadIdx.x == 0) store_pick(out, host_out, r, bi);
     return;
   }
   __shared__ bool last;
@@ -112,9 +115,7 @@ __global__ void __launch_bounds__(kT) argmax_rows_kernel(const float* __restrict
   }
   block_best<kT>(bv, bi);
   if (threadIdx.x == 0) {
-    const int32_t id = bi == INT_MAX ? 0 : bi;
-    out[r] = id;
-    if (host_out) host_out[r] = id;
+    store_pick(out, host_out, r, bi);
     count[r] = 0;
   }
 }
@@ -538,23 +539,6 @@ cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32
   if (n <= 0) return cudaSuccess;
   const int threads = 256, blocks = std::min((n + threads - 1) / threads, 64);
   feed_tokens_kernel<<<blocks, threads, 0, stream>>>(tokens, feed, ids, n);
-  return cudaGetLastError();
-}
-
-__global__ void copy_from_host_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
-    dst[i] = src[i];
-}
-
-cudaError_t launch_copy_from_host(void* dst, const void* host_src, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return cudaSuccess;
-  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(host_src) % 16 != 0)
-    return cudaErrorInvalidValue;
-  const size_t n = bytes / 16;
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 64));
-  copy_from_host_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(host_src),
-                                                        n);
   return cudaGetLastError();
 }
 

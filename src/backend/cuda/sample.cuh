@@ -1,7 +1,7 @@
 #pragma once
 // Sampling on the GPU: greedy (argmax) and sampled rows (the host Sampler's rules, bias and
 // penalties included), so that a step downloads one token id per row instead of the whole
-// vocabulary; and the pipelined steps' plumbing (fed input ids, the metadata upload).
+// vocabulary; and the pipelined steps' fed input ids.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -25,10 +25,6 @@ cudaError_t launch_feed_tokens(int32_t* tokens, const int32_t* feed, const int32
 // the kernel: each copy on the stream held the next step back by several microseconds.
 cudaError_t launch_argmax_rows(const float* x, int n_rows, int64_t vocab, int32_t* out, int32_t* host_out,
                                void* scratch, cudaStream_t stream);
-// dst[0, bytes) = host_src[0, bytes) by a kernel reading pinned host memory the device can address
-// (bytes, dst and host_src 16-byte aligned, else cudaErrorInvalidValue): a step's small
-// metadata upload without a copy-engine transfer on the stream (see launch_argmax_rows).
-cudaError_t launch_copy_from_host(void* dst, const void* host_src, size_t bytes, cudaStream_t stream);
 
 // One token's adjustment (sample/token_adjust.h, the host Sampler's min_tokens suppression,
 // logit_bias and penalties): x -> -inf (kSampleAdjSuppress), x += bias (kSampleAdjBias),
