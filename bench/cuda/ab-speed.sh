@@ -17,6 +17,11 @@
 # TRACES: FORMAT:NAME[:VAR=VALUE[,...]] each, run after the speed rounds under CUPTI (the tar's
 # libember_cupti_trace.so, bench/cuda/cupti_trace.cpp) and summarized per kernel by
 # cupti_trace_summary.py into trace-*.txt (each kernel's share of a decode step's critical path).
+# PROBES: FORMAT:NAME[:VAR=VALUE[,...]] each, NAME a -DEMBER_CUDA_PROBE=ON build in the tar, run
+# last with the in-kernel probe recording graph launches 120 and 121 (EMBER_PROBE_AT) and
+# summarized by probe_summary.py into probe-*.txt (when each kernel's blocks enter, pass their PDL
+# wait, stage x, ... relative to the previous kernel's last store). The probe's records slow the
+# run (bf16 ~30%): compare probed runs with probed runs only.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck disable=SC2034  # (read by device-setup.sh)
@@ -58,12 +63,16 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     done
   done
 done
-for spec in ${TRACES:-}; do
-  f=${spec%%:*} rest=${spec#*:}
-  name=${rest%%:*}
+# FORMAT:NAME[:VAR=VALUE[,...]] -> f, name, envs, tag (a TRACES / PROBES entry).
+parse_spec() {
+  local rest=${1#*:}
+  f=${1%%:*} name=${rest%%:*} tag=${1//[^A-Za-z0-9_=]/_}
   envs=()
   [[ $rest == *:* ]] && IFS=, read -r -a envs <<<"${rest#*:}"
-  tag=${spec//[^A-Za-z0-9_=]/_}
+  return 0
+}
+for spec in ${TRACES:-}; do
+  parse_spec "$spec"
   [ -f "$bin/libember_cupti_trace.so" ] || { note "trace $spec: no libember_cupti_trace.so in the tar"; break; }
   env "${envs[@]}" CUDA_INJECTION64_PATH="$bin/libember_cupti_trace.so" EMBER_TRACE_OUT="$logs/trace-$tag.csv" \
     EMBER_TRACE_SKIP=2000 timeout 200 "$bin/$name" bench speed -m "$model" --device cuda --weight-format "$f" \
@@ -71,4 +80,12 @@ for spec in ${TRACES:-}; do
   rc=$?
   python3 "$root/bench/cuda/cupti_trace_summary.py" "$logs/trace-$tag.csv" >"$logs/trace-$tag.txt" 2>&1
   note "trace $spec: rc=$rc, summary trace-$tag.txt ($(( $(date +%s) - start )) s)"
+done
+for spec in ${PROBES:-}; do
+  parse_spec "$spec"
+  env "${envs[@]}" EMBER_PROBE_AT=120 EMBER_PROBE_OUT="$logs/probe-$tag.csv" timeout 200 "$bin/$name" bench speed \
+    -m "$model" --device cuda --weight-format "$f" -r 1 -p 128 -n 256 >"$logs/probe-$tag.log" 2>&1
+  rc=$?
+  python3 "$root/bench/cuda/probe_summary.py" "$logs/probe-$tag.csv" >"$logs/probe-$tag.txt" 2>&1
+  note "probe $spec: rc=$rc, summary probe-$tag.txt ($(( $(date +%s) - start )) s)"
 done
