@@ -1047,6 +1047,30 @@ TEST(CudaModel, GemvRopeEpilogueEqualsAttentionRope) {
   }
 }
 
+// One sequence's logits: the prompt's, then n_decode decode steps' (each fed the argmax of the
+// step before in `follow` when given, so that two runners see the same tokens, else its own);
+// empty where a step fails (a test failure).
+std::vector<std::vector<float>> decode_logits(ModelRunner& r, const std::vector<std::vector<int32_t>>& prompt,
+                                              int n_decode, int bpb,
+                                              const std::vector<std::vector<float>>* follow = nullptr) {
+  Seqs seqs(16, bpb, 1);
+  std::vector<std::vector<float>> out(1);
+  if (!seqs.step(r, prompt, false, out[0]).is_ok()) {
+    ADD_FAILURE() << "prompt step failed";
+    return {};
+  }
+  for (int j = 0; j < n_decode; ++j) {
+    const std::vector<float>& last = follow ? (*follow)[j] : out.back();
+    const int32_t next = argmax(last.data(), static_cast<int>(last.size()));
+    out.emplace_back();
+    if (!seqs.step(r, {{next}}, false, out.back()).is_ok()) {
+      ADD_FAILURE() << "decode step " << j << " failed";
+      return {};
+    }
+  }
+  return out;
+}
+
 // The L2 prefetch of the next GEMV's weights (EMBER_CUDA_NEXT_L2: the down projection asks L2
 // for the next layer's q/k/v weights, as the previous step launched them) changes no result: a
 // prompt and ten graph-captured decode steps give the same logits bit for bit with it (by default,
@@ -1090,17 +1114,8 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
       const int default_mode = cuda::l2_prefetch_default_mode(cuda::l2_prefetch_pays_on(b->backend().name()), wtype);
       const int vocab = b->vocab_size();
       const auto prompt = random_prompts(vocab, 29, 1, n_prompt, 0);
-      std::vector<std::vector<float>> want;  // logits of the prompt and each decode step, without
-      {
-        Seqs sb(16, bpb, 1);
-        std::vector<float> lb;
-        ASSERT_TRUE(sb.step(*b, prompt, false, lb).is_ok());
-        want.push_back(lb);
-        for (int j = 0; j < n_decode; ++j) {
-          ASSERT_TRUE(sb.step(*b, {{argmax(lb.data(), vocab)}}, false, lb).is_ok());
-          want.push_back(lb);
-        }
-      }
+      const auto want = decode_logits(*b, prompt, n_decode, bpb);  // without the prefetch
+      ASSERT_FALSE(want.empty()) << path << " " << format;
       EXPECT_EQ(cuda_step(b->backend())->next_l2_launches(), 0u) << path << " " << format << " with =0";
       // (the large checkpoint, ~2 GB a load: when 0 only)
       const bool large = path != paths[0] && path != paths[1];
@@ -1110,14 +1125,9 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
         const std::string label = std::string(" mode ") + (mode ? mode : "default") + " when " + (when ? when : "0");
         auto a = load_with(path, format, bpb, mode, when);
         ASSERT_TRUE(a) << path;
-        Seqs sa(16, bpb, 1);
-        std::vector<float> la;
-        ASSERT_TRUE(sa.step(*a, prompt, false, la).is_ok());
-        EXPECT_EQ(la, want[0]) << path << " " << format << label << " prompt";
-        for (int j = 0; j < n_decode; ++j) {
-          ASSERT_TRUE(sa.step(*a, {{argmax(want[j].data(), vocab)}}, false, la).is_ok());
-          EXPECT_EQ(la, want[j + 1]) << path << " " << format << label << " decode " << j;
-        }
+        const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
+        ASSERT_EQ(got.size(), want.size()) << path << " " << format << label;
+        for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << path << " " << format << label << " step " << j;
         // (BF16 at =2: the three-matrix q/k/v GEMV, variant 7 for several matrices, prefetches the
         // o projection's weights wherever the down projection's kernel does not take it)
         const int m = mode ? std::atoi(mode) : default_mode;
@@ -1125,6 +1135,56 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
         const uint64_t ran = cuda_step(a->backend())->next_l2_launches();
         EXPECT_EQ(ran > 0, expect) << path << " " << format << label << ": " << ran << " prefetching launches";
       }
+    }
+  }
+}
+
+// The start gate of the held o projection (hold_gate.cuh: the o GEMV's blocks, resident during a
+// batch-1 decode attention, wait until its blocks reach a point before they load their weights)
+// changes no result: a prompt and ten decode steps give the same logits bit for bit with the gate
+// (by default, and at each point with each part gated) as without it (=0); the gated kernel ran
+// where the 16-bit decode kernel runs (head_dim 64 or 128: the checkpoint of EMBER_CUDA_TEST_MODEL;
+// the fixtures' head_dim 16 takes the simple kernel, which opens no gate, so none is armed), and
+// no block went ahead on the gate's timeout, so the attention opened it each time.
+TEST(CudaModel, HoldGateChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::string> paths = {kFixtures + "/llama2/hf", kFixtures + "/llama3/hf-bf16"};
+  if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) paths.push_back(dir);
+  auto load_with = [](const std::string& path, int bpb, const char* point, const char* parts) {
+    if (point) setenv("EMBER_CUDA_HOLD_GATE", point, 1);
+    if (parts) setenv("EMBER_CUDA_HOLD_GATE_PARTS", parts, 1);
+    auto r = load_runner(path, "cuda", DType::BF16, bpb, true, "auto");
+    unsetenv("EMBER_CUDA_HOLD_GATE");
+    unsetenv("EMBER_CUDA_HOLD_GATE_PARTS");
+    return r;
+  };
+  for (const std::string& path : paths) {
+    if (!std::ifstream(path + "/config.json")) continue;
+    const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
+    auto b = load_with(path, bpb, "0", nullptr);
+    ASSERT_TRUE(b) << path;
+    const int vocab = b->vocab_size();
+    const auto prompt = random_prompts(vocab, 31, 1, n_prompt, 0);
+    const auto want = decode_logits(*b, prompt, n_decode, bpb);  // no gate
+    ASSERT_FALSE(want.empty()) << path;
+    EXPECT_EQ(cuda_step(b->backend())->hold_gate_launches(), 0u) << path << " with =0";
+    const bool large = path != paths[0] && path != paths[1];  // (~2 GB a load: the default only)
+    for (const auto& [point, parts] : {std::pair<const char*, const char*>{nullptr, nullptr}, {"1", "3"}, {"2", "1"},
+                                       {"2", "2"}, {"3", "3"}}) {
+      if (large && point) continue;
+      const std::string label = std::string(" point ") + (point ? point : "default") + " parts " + (parts ? parts : "default");
+      auto a = load_with(path, bpb, point, parts);
+      ASSERT_TRUE(a) << path;
+      const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
+      ASSERT_EQ(got.size(), want.size()) << path << label;
+      for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << path << label << " step " << j;
+      auto* cb = cuda_step(a->backend());
+      const int hd = a->config().head_dim;
+      if (hd == 64 || hd == 128)  // (a captured launch counts once)
+        EXPECT_GT(cb->hold_gate_launches(), 0u) << path << label << ": gated launches";
+      else
+        EXPECT_EQ(cb->hold_gate_launches(), 0u) << path << label << ": gated launches (head_dim " << hd << ")";
+      EXPECT_EQ(cb->hold_gate_timeouts(), 0u) << path << label << ": blocks that went ahead on the timeout";
     }
   }
 }

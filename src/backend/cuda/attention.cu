@@ -82,7 +82,15 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   pdl_enter_or_defer(early, kDecode && a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
-  if (!attn_span<kDecode, kRows>(L, sp)) return;
+  if (!attn_span<kDecode, kRows>(L, sp)) {
+    if (kDecode && a.hold_gate.words) {  // (every block arrives, or the gate opens only by its timeout)
+      pdl_wait();
+      hold_gate_arrive(a.hold_gate, a.hold_gate.point);
+    }
+    return;
+  }
+  if constexpr (kDecode)
+    if (!early) hold_gate_arrive(a.hold_gate, 1);
   const int kh = sp.kh;
   const int G = L.group;
   const int seq = sp.seq, q0 = sp.q0, n_rows = sp.n_rows, row0 = sp.row0, pos_base = sp.pos_base;
@@ -190,6 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
       ids_early = first_st < kStages - 1 && first_st < n_tiles;
       if (ids_early) load_ids();
       pdl_finish_deferred(a.pdl_release_early);
+      hold_gate_arrive(a.hold_gate, 1);
       EMBER_PROBE_MARK(2, 1, first_st, blockIdx.x, blockIdx.z);
       if (rope) decode_rope_store<T, D>(a, q0, n_rows, G, kh);
       EMBER_PROBE_MARK(2, 2, n_tiles, blockIdx.x, blockIdx.z);
@@ -213,7 +222,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   }
 
   __syncthreads();  // Q tile written
-  if constexpr (kDecode) EMBER_PROBE_MARK(2, 3, n_tiles, blockIdx.x, blockIdx.z);
+  if constexpr (kDecode) {
+    EMBER_PROBE_MARK(2, 3, n_tiles, blockIdx.x, blockIdx.z);
+    hold_gate_arrive(a.hold_gate, 2);
+  }
 
   // ---- Q fragments stay in registers for the whole key loop.
   const int wrow0 = kDecode ? 0 : warp * 16;
@@ -321,6 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     store_warp_state(s_m, s_l, warp, lane, m_a, m_b, l_a, l_b);
     __syncthreads();
     EMBER_PROBE_MARK(2, 5, n_tiles, blockIdx.x, blockIdx.z);
+    hold_gate_arrive(a.hold_gate, 3);
     finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; });
     EMBER_PROBE_MARK(2, 7, n_tiles, blockIdx.x, blockIdx.z);
   }
@@ -563,6 +576,10 @@ bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms) {
   return row_tiles == 1 && splits == 1;
 }
 
+bool attention_decode_opens_gate(const PagedAttnArgs& a, int num_sms) {
+  return (a.kv_type == DType::BF16 || a.kv_type == DType::F16) && attention_decode_takes_rope(a, num_sms);
+}
+
 bool attention_decode_keys_as_m(const PagedAttnArgs& a) { return fp8_decode_swapped(a); }
 
 namespace {
@@ -605,6 +622,7 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) return cudaErrorInvalidValue;
   if (kind == AttnKernel::Auto) kind = attention_pick(a);
   if (a.rope.active && kind != AttnKernel::Decode) return cudaErrorInvalidValue;
+  if (a.hold_gate.words && !attention_decode_opens_gate(a, num_sms)) return cudaErrorInvalidValue;  // (it would stay shut)
   if (kind == AttnKernel::Simple) return launch_paged_attention_simple(a, stream);
   Launch L;
   L.a = a;

@@ -22,6 +22,7 @@
 // shared-memory load serves several fragments; INT8 scales multiply the score and P columns);
 // prefill widens each thread's own chunks to F16 (INT8: times its scale) in a second, two-slot
 // tile buffer before the block's barrier. Q and P are rounded to F16 for the MMAs.
+#include "backend/cuda/hold_gate.cuh"
 #include "core/dtype.h"
 
 #include <cuda_runtime.h>
@@ -105,6 +106,9 @@ struct PagedAttnArgs {
   // tokens are copied before the PDL wait, as with rope (only where rope could be taken:
   // attention_decode_takes_rope).
   bool early_tiles = false;
+  // Decode, the 16-bit kernel (attention.cu): each block arrives at the start gate of the held o
+  // GEMV after it (hold_gate.cuh) at hold_gate.point.
+  HoldGate hold_gate;
 };
 
 // K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales; I8 only with its
@@ -124,6 +128,10 @@ AttnKernel attention_pick(const PagedAttnArgs& a);
 // block per (sequence, kv head) (one split, one row tile: nobody else reads or writes those
 // rows) over a BF16 / F16 / FP8 cache.
 bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms);
+
+// Whether a launch with these arguments opens PagedAttnArgs::hold_gate (its blocks arrive): the
+// 16-bit decode kernel where it takes the rope (the one-byte kernels do not arrive).
+bool attention_decode_opens_gate(const PagedAttnArgs& a, int num_sms);
 
 // Whether a decode launch with these arguments runs the one-byte kernel with keys as the MMA
 // rows (PagedAttnArgs::decode_keys_as_m and what it takes).

@@ -127,6 +127,12 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->gemv_hold_ = kGemvHold2Variant;
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_HOLD"))
     be->gemv_hold_ = std::string(v) == "3" ? kGemvHoldVariant : std::string(v) == "2" ? kGemvHold2Variant : 0;
+  if (const char* v = std::getenv("EMBER_CUDA_HOLD_GATE_PARTS")) be->hold_gate_parts_ = std::clamp(std::atoi(v), 1, 3);
+  if (const char* v = std::getenv("EMBER_CUDA_HOLD_GATE")) be->hold_gate_point_ = std::clamp(std::atoi(v), 0, 3);
+  if (be->hold_gate_point_ != 0) {
+    EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 4 * sizeof(uint32_t)));
+    EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 4 * sizeof(uint32_t)));
+  }
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
   // (the default before session 14), 4 three consumers overlapping softmax and P V on 64-key
@@ -204,6 +210,16 @@ CudaBackend::~CudaBackend() {
   // destruction waits for them to go.
   if (nccl_comm_) nccl_comm_destroy(nccl_comm_);
   for (void* p : p2p_buffers_) cudaFree(p);
+  if (hold_gate_words_) cudaFree(hold_gate_words_);
+}
+
+uint64_t CudaBackend::hold_gate_timeouts() {
+  if (!hold_gate_words_) return 0;
+  flush();
+  uint32_t n = 0;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(&n, hold_gate_words_ + 2, sizeof(n), cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return n;
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
@@ -1172,6 +1188,15 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     }
   } else if (decode_alone) {
     a.early_tiles = true;
+  }
+  // At one token (a one-row o projection) the held o GEMV after it (BF16 weights, as the q/k/v
+  // GEMV before it had) waits at the gate it opens (hold_gate.cuh): one arrival a block, a block
+  // per (sequence, kv head) here.
+  if (decode_alone && n_tokens == 1 && hold_gate_words_ && gemv_hold_ != 0 && last_gemv_bf16_ &&
+      attention_decode_opens_gate(group_args(0), num_sms_)) {
+    a.hold_gate = HoldGate{hold_gate_words_, hold_gate_point_};
+    hold_gate_armed_ = true;
+    hold_gate_arrivals_ = static_cast<int>(ids[0].size()) * p.n_kv_heads;
   }
   for (int c = 0; c < 2; ++c) {
     if (ids[c].empty()) continue;

@@ -72,6 +72,11 @@ class CudaStep {
   // Launches so far of a GEMV (packed or BF16) that prefetched the next GEMV's weights into L2
   // (EMBER_CUDA_NEXT_L2; L2Prefetch in l2_prefetch.h; counted as gemv_rope_launches is).
   virtual uint64_t next_l2_launches() const = 0;
+  // Launches so far of a held o GEMV that waited at its attention's start gate (hold_gate.cuh;
+  // counted as gemv_rope_launches is), and how many of their blocks went ahead because the gate
+  // stayed shut for kHoldGateTimeoutNs (read from the device after the stream's work).
+  virtual uint64_t hold_gate_launches() const = 0;
+  virtual uint64_t hold_gate_timeouts() = 0;
 
   virtual Result<GpuMemoryInfo> memory_info() = 0;
 

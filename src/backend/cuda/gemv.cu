@@ -11,6 +11,7 @@
 // of a decode step.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/hold_gate.cuh"
 #include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/probe.cuh"
 #include "backend/cuda/rope_epilogue.cuh"
@@ -67,6 +68,12 @@ struct MultiArgsRope : MultiArgs {
 struct MultiArgsNext : MultiArgs {
   L2Prefetch next;
   int64_t next_first_block = 0;
+};
+// Likewise the held o GEMV's start gate (hold_gate.cuh: HoldGateUse).
+struct MultiArgsGate : MultiArgs {
+  uint32_t* gate = nullptr;
+  int gate_arrivals = 0;
+  int gate_parts = 3;  // what waits at it: bit 0 the register rows' loads, bit 1 the shared-memory copy
 };
 template <bool kRope, bool kNext = false>
 using GemvArgs = std::conditional_t<kRope, MultiArgsRope, std::conditional_t<kNext, MultiArgsNext, MultiArgs>>;
@@ -278,9 +285,12 @@ __global__ void __launch_bounds__(kWarps * 32, (N == 1 && !kGlu) ? 4 : 1)
 // streams while the previous kernel runs: a batch-1 step's o projection after its attention,
 // which occupies 8 SMs and leaves DRAM idle (variant 7 holds about half of it, in the first
 // wave's registers). Only for N == 1, one matrix, and when the grid fits at once.
-template <int S>
-__global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const MultiArgs A) {
+// kGate: the blocks wait at the start gate (hold_gate.cuh) before the loads gate_parts names.
+template <int S, bool kGate = false>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    gemv_bf16_hold_kernel(const std::conditional_t<kGate, MultiArgsGate, MultiArgs> A) {
   constexpr int R = 2, U = 4, KS = 4;
+  EMBER_PROBE_MARK(4, 0, 0, A.m[0], A.k);
   constexpr int kRegRows = 2 * R, kRows = kRegRows + 2 * S;  // a block's
   constexpr int RR = R + S;  // a warp's register rows, then its shared-memory rows
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -291,25 +301,32 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const Mu
   const int64_t smem_row0 = blockIdx.x * int64_t{kRows} + kRegRows;
   extern __shared__ __align__(128) uint4 s_w[];  // [2 S][k8]
   __shared__ __align__(8) uint64_t s_bar;
+  // The copy of the shared-memory rows (thread 0), at entry or (gated) past the gate.
+  const auto issue_bulk = [&] {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&s_bar));
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    const int64_t rows = m - smem_row0 < 2 * S ? m - smem_row0 : 2 * S;
-    if (rows > 0) {
-      const auto bytes = static_cast<uint32_t>(rows * k * 2);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
-          "%4;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(s_w))),
-          "l"(w + smem_row0 * k), "r"(bytes), "r"(bar), "l"(l2_weights_policy())
-          : "memory");
-    } else {
-      asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+    const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&s_bar));
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      const int64_t rows = m - smem_row0 < 2 * S ? m - smem_row0 : 2 * S;
+      if (rows > 0) {
+        const auto bytes = static_cast<uint32_t>(rows * k * 2);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+            "%4;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(s_w))),
+            "l"(w + smem_row0 * k), "r"(bytes), "r"(bar), "l"(l2_weights_policy())
+            : "memory");
+      } else {
+        asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+      }
     }
-  }
 #endif
+  };
+  // kGate: bit 0 of gate_parts holds the register rows' loads at the gate, bit 1 the copy.
+  int parts = 0;
+  if constexpr (kGate) parts = A.gate_parts;
+  if (!(parts & 2)) issue_bulk();
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -331,9 +348,16 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const Mu
   };
   constexpr int kSlab = 32 * U;
   const int64_t first = lane + int64_t{kpart} * kSlab;
-  load(first);
+  if (!(parts & 1)) load(first);
+  if constexpr (kGate) {
+    hold_gate_pass(A.gate, A.gate_arrivals);
+    EMBER_PROBE_MARK(4, 1, 0, A.m[0], A.k);
+    if (parts & 2) issue_bulk();
+    if (parts & 1) load(first);
+  }
   __syncthreads();  // the barrier's initialization, before any thread waits on it
   pdl_wait();
+  EMBER_PROBE_MARK(4, 2, 0, A.m[0], A.k);
   pdl_launch_dependents();
   // Calls chunk(u, idx, x0, x1) for each of this lane's chunks (x0, x1: x's 8 floats there),
   // slab by slab, and slab_end(base) after each slab: the same order for both kinds of rows.
@@ -359,6 +383,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const Mu
         if (base + kSlab * KS < k8) load(base + kSlab * KS);
       });
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&s_bar));
   uint32_t done = 0;
   do {
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
@@ -382,6 +407,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gemv_bf16_hold_kernel(const Mu
     if (lane == 0) s_part[warp][r] = part;
   }
   __syncthreads();
+  EMBER_PROBE_MARK(4, 6, 0, A.m[0], A.k);
   if (kpart != 0 || lane >= RR) return;
   float sum = s_part[warp][lane];
 #pragma unroll
@@ -470,8 +496,20 @@ cudaError_t launch_rope(const MultiArgsRope& A, bool pdl, cudaStream_t stream) {
 }
 
 template <int S>
-cudaError_t launch_hold(const MultiArgs& A, size_t smem, bool pdl, cudaStream_t stream) {
+cudaError_t launch_hold(const MultiArgs& A, size_t smem, bool pdl, cudaStream_t stream, const HoldGateUse* gate) {
   const int64_t grid = (A.m[0] + 4 + 2 * S - 1) / (4 + 2 * S);
+  if (gate && gate->words) {
+    MultiArgsGate Ag;
+    static_cast<MultiArgs&>(Ag) = A;
+    Ag.gate = gate->words;
+    Ag.gate_arrivals = gate->arrivals;
+    Ag.gate_parts = gate->parts;
+    const void* kernel = reinterpret_cast<const void*>(gemv_bf16_hold_kernel<S, true>);
+    if (const cudaError_t attr = raise_smem_limit(kernel, static_cast<int>(kGemvHoldMaxSmem)); attr != cudaSuccess)
+      return attr;
+    return launch_kernel(gemv_bf16_hold_kernel<S, true>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), smem,
+                         stream, pdl, Ag);
+  }
   return launch_kernel(gemv_bf16_hold_kernel<S>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), smem, stream,
                        pdl, A);
 }
@@ -492,7 +530,7 @@ cudaError_t launch(const MultiArgs& A, bool pdl, cudaStream_t stream) {
 }
 
 template <int N, bool kGlu>
-cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t stream) {
+cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t stream, const HoldGateUse* gate = nullptr) {
   static_assert(kGemvVariants[0].rows_per_warp == 1 && kGemvVariants[0].unroll == 8);
   static_assert(kGemvVariants[1].rows_per_warp == 2 && kGemvVariants[1].unroll == 4);
   static_assert(kGemvVariants[2].rows_per_warp == 4 && kGemvVariants[2].unroll == 4);
@@ -518,9 +556,9 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
       // Only one row of x and one matrix whose blocks all fit at once; otherwise variant 7.
       if constexpr (N == 1) {
         if (A.n_segs == 1 && variant == kGemvHoldVariant)
-          if (const size_t smem = hold_smem_if_fits<3>(A)) return launch_hold<3>(A, smem, pdl, stream);
+          if (const size_t smem = hold_smem_if_fits<3>(A)) return launch_hold<3>(A, smem, pdl, stream, gate);
         if (A.n_segs == 1 && variant == kGemvHold2Variant)
-          if (const size_t smem = hold_smem_if_fits<2>(A)) return launch_hold<2>(A, smem, pdl, stream);
+          if (const size_t smem = hold_smem_if_fits<2>(A)) return launch_hold<2>(A, smem, pdl, stream, gate);
       }
       return launch<N, 2, 4, false, false, 4>(A, pdl, stream);
     }
@@ -537,9 +575,9 @@ cudaError_t launch_n(int variant, const MultiArgs& A, bool pdl, cudaStream_t str
 }
 
 template <bool kGlu>
-cudaError_t dispatch(int n, int variant, const MultiArgs& A, bool pdl, cudaStream_t stream) {
+cudaError_t dispatch(int n, int variant, const MultiArgs& A, bool pdl, cudaStream_t stream, const HoldGateUse* gate = nullptr) {
   switch (n) {
-    case 1: return launch_n<1, kGlu>(variant, A, pdl, stream);
+    case 1: return launch_n<1, kGlu>(variant, A, pdl, stream, gate);
     case 2: return launch_n<2, kGlu>(variant, A, pdl, stream);
     case 3: return launch_n<3, kGlu>(variant, A, pdl, stream);
     case 4: return launch_n<4, kGlu>(variant, A, pdl, stream);
@@ -592,7 +630,7 @@ bool gemv_rope_takes(const GemvSeg* segs, int n_segs, int n, int64_t k, int vari
 
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
                                    int64_t k, int variant, bool pdl, cudaStream_t stream, const GemvRope* rope,
-                                   const L2Prefetch* prefetch) {
+                                   const L2Prefetch* prefetch, const HoldGateUse* hold_gate) {
   if (n_segs < 1 || n_segs > kGemvMaxSegs || variant < 0 || variant >= kGemvNumVariants)
     return cudaErrorInvalidValue;
   if (prefetch && !l2_prefetch_valid(*prefetch)) return cudaErrorInvalidValue;  // (the caller's bug, not ignored)
@@ -629,7 +667,7 @@ cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float*
     An.next = *prefetch;
     return launch_next(An, pdl, stream);
   }
-  return dispatch<false>(n, variant, A, pdl, stream);
+  return dispatch<false>(n, variant, A, pdl, stream, hold_gate);
 }
 
 cudaError_t launch_gemv_bf16_glu(const void* w_gate, const void* w_up, const float* x, int n,

@@ -3,6 +3,7 @@
 // once, with 16-byte streaming loads and several loads in flight per thread. One launch can
 // cover up to kGemvMaxSegs weight matrices that share the input (q/k/v, gate/up), and the
 // gate/up pair can apply the GLU in its epilogue.
+#include "backend/cuda/hold_gate.cuh"
 #include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/rope_epilogue.h"
 
@@ -99,10 +100,12 @@ bool gemv_prefetch_takes(int variant, int n, int n_segs, int64_t m0, int64_t k);
 // n_segs (1..kGemvMaxSegs) GEMVs over the same x in one launch (their rows form one grid).
 // rope (null or head_dim 0: none): the rope + K/V store epilogue (gemv_rope_takes).
 // prefetch (null or n 0: none): the next GEMV's weights into L2 (gemv_prefetch_takes; not with
-// the rope epilogue).
+// the rope epilogue). hold_gate (null: none): a hold kernel's blocks wait at that start gate
+// (hold_gate.cuh) before the loads it names; other kernels ignore it.
 cudaError_t launch_gemv_bf16_multi(const GemvSeg* segs, int n_segs, const float* x, int n,
                                    int64_t k, int variant, bool pdl, cudaStream_t stream,
-                                   const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr);
+                                   const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr,
+                                   const HoldGateUse* hold_gate = nullptr);
 
 // out = act(x @ w_gate^T) * (x @ w_up^T), act SiLU or GeLU-tanh, in one launch: each warp
 // reads the same rows of both matrices. gate_out / up_out (may be null) also receive the
