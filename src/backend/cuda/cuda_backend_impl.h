@@ -437,16 +437,17 @@ class CudaBackend final : public Backend, public CudaStep {
   int gemv_hold_ = 0;       // one-row BF16 GEMVs that fit one wave: hold variant 11 (default), 10 (EMBER_CUDA_GEMV_HOLD=3), none (=0)
   // The start gate of the held o GEMV (hold_gate.cuh): a batch-1 decode attention opens it at
   // HoldGate::point (EMBER_CUDA_HOLD_GATE=1..3, default 2: its Q staged; 0 none), the o GEMV after
-  // it waits there before the loads HoldGateUse::parts names (docs/CUDA_NOTES.md "Session 47":
-  // +0.6% bf16 batch 1 on an H100). hold_gate_armed_: an attention just armed it, for the next
-  // GEMV launch.
+  // it waits there before the loads HoldGateUse::parts names (EMBER_CUDA_HOLD_GATE_PARTS, default
+  // 2: the shared-memory copy). docs/CUDA_NOTES.md "Session 47": bf16 batch 1 +0.6% on an H100
+  // (the gate's first form). hold_gate_armed_: an attention just armed it for the next GEMV
+  // launch, with hold_gate_arrivals_ blocks.
   int hold_gate_point_ = 2;
-  uint64_t hold_gate_launches_ = 0;
-  int hold_gate_arrivals_ = 0;   // the armed attention's blocks
-  bool last_gemv_bf16_ = false;  // the GEMV launched last had BF16 weights (the q/k/v before an attention)
-  int hold_gate_parts_ = 2;  // EMBER_CUDA_HOLD_GATE_PARTS: HoldGateUse::parts (default: the copy only)
-  uint32_t* hold_gate_words_ = nullptr;
+  int hold_gate_parts_ = 2;
+  uint32_t* hold_gate_words_ = nullptr;  // device [4] (HoldGate::words), null when off
   bool hold_gate_armed_ = false;
+  int hold_gate_arrivals_ = 0;
+  uint64_t hold_gate_launches_ = 0;
+  bool last_gemv_bf16_ = false;  // the GEMV launched last had BF16 weights (the q/k/v before an attention)
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
   int prefill_mode_ = -1;   // EMBER_CUDA_PREFILL_MODE: the wgmma prefill schedule (-1 the default) ...
   int prefill_keys_ = 0;    // ... and its keys per tile
