@@ -27,12 +27,16 @@ def kind_name(r):
 
 
 def launches(rows):
-    """Records grouped into kernel launches: a kind's records with no gap over 12 us."""
+    """Records grouped into kernel launches: a kind's records until a block entry (point 0) more
+    than 12 us after the kind's last record, or any record more than 40 us after it (a kernel's
+    blocks may wait longer than 12 us between their entry and their next point: the held o GEMV
+    behind its start gate and PDL wait, ~17 us)."""
     out, open_by = [], {}
     for r in rows:
         n = kind_name(r)
         cur = open_by.get(n)
-        if cur is None or r["gt"] - cur["last"] > 12000:
+        gap = r["gt"] - cur["last"] if cur else 0
+        if cur is None or (r["ev"] == 0 and gap > 12000) or gap > 40000:
             cur = {"name": n, "recs": [], "last": r["gt"]}
             out.append(cur)
             open_by[n] = cur
