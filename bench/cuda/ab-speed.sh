@@ -11,8 +11,8 @@
 # BIN_TAR: an .tar.xz of the binaries RUNS names (built elsewhere, e.g. this tree's `ember` and a
 # peer built from HEAD in a git worktree, or with peer-build.sh). RUNS: NAME[:VAR=VALUE[,VAR=VALUE]]
 # each. FORMATS (default int4), ROUNDS (default 2), SPEED_ARGS (default "-r 2 -p 128 -n 256").
-# TESTS: test binaries in the tar run first (each with TEST_ENV, "NAME=VALUE" settings separated
-# by spaces, one run per setting; default one plain run). Logs and summary.txt go to LOG_DIR
+# TESTS: test binaries in the tar run first (each with TEST_ENV, settings separated by spaces, one
+# run per setting, each NAME=VALUE[,NAME=VALUE]; default one plain run). Logs and summary.txt go to LOG_DIR
 # (default $OUT). The weights are tools/make_cuda_bench_weights.py's random Llama-3-8B.
 # TRACES: FORMAT:NAME[:VAR=VALUE[,...]] each, run after the speed rounds under CUPTI (the tar's
 # libember_cupti_trace.so, bench/cuda/cupti_trace.cpp) and summarized per kernel by
@@ -44,7 +44,8 @@ fi
 for t in ${TESTS:-}; do
   for te in ${TEST_ENV:-EMBER_AB_PLAIN=1}; do
     log="$logs/$t-${te//[^A-Za-z0-9_=]/_}.log"
-    env "$te" EMBER_FIXTURES_DIR="$root/tests/fixtures" EMBER_CUDA_TEST_MODEL="$model-2layers" timeout 300 "$bin/$t" >"$log" 2>&1
+    IFS=, read -r -a tenv <<<"$te"
+    env "${tenv[@]}" EMBER_FIXTURES_DIR="$root/tests/fixtures" EMBER_CUDA_TEST_MODEL="$model-2layers" timeout 300 "$bin/$t" >"$log" 2>&1
     note "$t $te: rc=$? $(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  FAILED  \] [A-Z]' "$log") failed ($(( $(date +%s) - start )) s)"
   done
 done
