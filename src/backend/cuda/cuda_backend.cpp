@@ -130,8 +130,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const char* v = std::getenv("EMBER_CUDA_HOLD_GATE_PARTS")) be->hold_gate_parts_ = std::clamp(std::atoi(v), 1, 3);
   if (const char* v = std::getenv("EMBER_CUDA_HOLD_GATE")) be->hold_gate_point_ = std::clamp(std::atoi(v), 0, 3);
   if (be->hold_gate_point_ != 0) {
-    EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 4 * sizeof(uint32_t)));
-    EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 4 * sizeof(uint32_t)));
+    EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 3 * sizeof(uint32_t)));
+    EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 3 * sizeof(uint32_t)));
   }
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
@@ -1195,7 +1195,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   if (decode_alone && n_tokens == 1 && hold_gate_words_ && gemv_hold_ != 0 && last_gemv_bf16_ &&
       attention_decode_opens_gate(group_args(0), num_sms_)) {
     a.hold_gate = HoldGate{hold_gate_words_, hold_gate_point_};
-    hold_gate_armed_ = true;
     hold_gate_arrivals_ = static_cast<int>(ids[0].size()) * p.n_kv_heads;
   }
   for (int c = 0; c < 2; ++c) {

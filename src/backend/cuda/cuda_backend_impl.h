@@ -439,12 +439,11 @@ class CudaBackend final : public Backend, public CudaStep {
   // HoldGate::point (EMBER_CUDA_HOLD_GATE=1..3, default 2: its Q staged; 0 none), the o GEMV after
   // it waits there before the loads HoldGateUse::parts names (EMBER_CUDA_HOLD_GATE_PARTS, default
   // 2: the shared-memory copy). docs/CUDA_NOTES.md "Session 47": bf16 batch 1 +0.6% on an H100
-  // (the gate's first form). hold_gate_armed_: an attention just armed it for the next GEMV
-  // launch, with hold_gate_arrivals_ blocks.
+  // (the gate's first form). hold_gate_arrivals_ > 0: an attention of that many blocks just armed
+  // it for the next GEMV launch.
   int hold_gate_point_ = 2;
   int hold_gate_parts_ = 2;
-  uint32_t* hold_gate_words_ = nullptr;  // device [4] (HoldGate::words), null when off
-  bool hold_gate_armed_ = false;
+  uint32_t* hold_gate_words_ = nullptr;  // device [3] (HoldGate::words), null when off
   int hold_gate_arrivals_ = 0;
   uint64_t hold_gate_launches_ = 0;
   bool last_gemv_bf16_ = false;  // the GEMV launched last had BF16 weights (the q/k/v before an attention)

@@ -183,8 +183,8 @@ void CudaBackend::flush() {
     pg_.count = 0;
     // (the o GEMV right after a gated decode attention waits at its gate: hold_gate.cuh)
     const HoldGateUse gate_use{hold_gate_words_, hold_gate_arrivals_, hold_gate_parts_};
-    const HoldGateUse* gate = hold_gate_armed_ && count == 1 && pg_.wtype == DType::BF16 ? &gate_use : nullptr;
-    hold_gate_armed_ = false;
+    const HoldGateUse* gate = hold_gate_arrivals_ > 0 && count == 1 && pg_.wtype == DType::BF16 ? &gate_use : nullptr;
+    hold_gate_arrivals_ = 0;
     const GemvRope rope = pg_.rope;
     pg_.rope = GemvRope{};
     last_gemv_bf16_ = pg_.wtype == DType::BF16;
@@ -209,7 +209,7 @@ void CudaBackend::flush() {
       const int variant = gemv_variant(pg_.n, rows, pg_.k);
       const L2Prefetch* next = learn_next_gemv(count, rope.head_dim > 0);
       if (next) next = counted_prefetch(next, gemv_prefetch_takes(variant, pg_.n, count, pg_.segs[0].m, pg_.k));
-      if (gate && gate->words && count == 1 && gemv_hold_applies(variant, pg_.n, rows, pg_.k)) ++hold_gate_launches_;
+      if (gate && gemv_hold_applies(variant, pg_.n, rows, pg_.k)) ++hold_gate_launches_;
       EMBER_CUDA_CHECK(launch_gemv_bf16_multi(pg_.segs, count, pg_.x, pg_.n, pg_.k, variant, /*pdl=*/true, stream_,
                                               rope.head_dim > 0 ? &rope : nullptr, next, gate));
     }

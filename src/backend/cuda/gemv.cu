@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 }
 
 // Blocks of hold kernel S that one GPU holds at once with smem bytes of shared memory, cached
-// per device (0 when it cannot run: before sm_90, or a query failed).
+// per device (0 when it cannot run: before sm_90, or a query failed). The gated form (kGate) has
+// its shared-memory limit raised here too, once, so that its launches need not.
 template <int S>
 int hold_resident_blocks(size_t smem) {
   struct Entry {
@@ -438,6 +439,8 @@ int hold_resident_blocks(size_t smem) {
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       raise_smem_limit(kernel, static_cast<int>(kGemvHoldMaxSmem)) == cudaSuccess &&
+      raise_smem_limit(reinterpret_cast<const void*>(gemv_bf16_hold_kernel<S, true>),
+                       static_cast<int>(kGemvHoldMaxSmem)) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_bf16_hold_kernel<S>, kWarps * 32, smem) ==
           cudaSuccess)
     blocks = per_sm * sms;
@@ -504,9 +507,6 @@ cudaError_t launch_hold(const MultiArgs& A, size_t smem, bool pdl, cudaStream_t 
     Ag.gate = gate->words;
     Ag.gate_arrivals = gate->arrivals;
     Ag.gate_parts = gate->parts;
-    const void* kernel = reinterpret_cast<const void*>(gemv_bf16_hold_kernel<S, true>);
-    if (const cudaError_t attr = raise_smem_limit(kernel, static_cast<int>(kGemvHoldMaxSmem)); attr != cudaSuccess)
-      return attr;
     return launch_kernel(gemv_bf16_hold_kernel<S, true>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), smem,
                          stream, pdl, Ag);
   }

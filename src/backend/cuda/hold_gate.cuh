@@ -18,7 +18,7 @@ namespace ember::cuda {
 
 // The attention's side.
 struct HoldGate {
-  uint32_t* words = nullptr;  // device [4]: arrivals, o blocks passed, blocks that timed out, (unused)
+  uint32_t* words = nullptr;  // device [3]: arrivals, o blocks passed, blocks that timed out
   int point = 0;              // 1 after its PDL wait, 2 Q staged, 3 after its keys (0: off)
 };
 
