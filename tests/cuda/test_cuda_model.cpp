@@ -1189,6 +1189,50 @@ TEST(CudaModel, HoldGateChangesNothing) {
   }
 }
 
+// Likewise the gate before a packed o GEMV (EMBER_CUDA_QGEMV_GATE; by default at point 2 for int4
+// and fp8, off for int8): int4, fp8 and int8 weights give the same logits bit for bit with the
+// gate (by default and at each point) as without it (=0), on the checkpoint of
+// EMBER_CUDA_TEST_MODEL (head_dim 128, the 16-bit decode kernel; the fixtures' head_dim 16 opens
+// no gate), the gated kernel ran where the gate is on and no block went ahead on the timeout.
+TEST(CudaModel, PackedGateChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
+  if (!dir) GTEST_SKIP() << "set EMBER_CUDA_TEST_MODEL to a tools/make_cuda_bench_weights.py checkpoint";
+  const std::string path = dir;
+  const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
+  auto load_with = [&](const char* format, const char* point) {  // (point null: the default)
+    if (point) setenv("EMBER_CUDA_QGEMV_GATE", point, 1);
+    auto r = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+    unsetenv("EMBER_CUDA_QGEMV_GATE");
+    return r;
+  };
+  for (const auto& [format, points] :
+       {std::pair<const char*, std::vector<const char*>>{"int4", {nullptr, "1", "2", "3"}},
+        {"fp8", {nullptr, "2"}}, {"int8", {nullptr, "2"}}}) {
+    auto b = load_with(format, "0");
+    ASSERT_TRUE(b) << format;
+    const auto prompt = random_prompts(b->vocab_size(), 37, 1, n_prompt, 0);
+    const auto want = decode_logits(*b, prompt, n_decode, bpb);  // no gate
+    ASSERT_FALSE(want.empty()) << format;
+    EXPECT_EQ(cuda_step(b->backend())->hold_gate_launches(), 0u) << format << " with =0";
+    b.reset();
+    for (const char* point : points) {
+      const std::string label = std::string(format) + " point " + (point ? point : "default");
+      auto a = load_with(format, point);
+      ASSERT_TRUE(a) << label;
+      const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
+      ASSERT_EQ(got.size(), want.size()) << label;
+      for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << label << " step " << j;
+      auto* cb = cuda_step(a->backend());
+      if (!point && std::string(format) == "int8")
+        EXPECT_EQ(cb->hold_gate_launches(), 0u) << label << ": gated launches";
+      else
+        EXPECT_GT(cb->hold_gate_launches(), 0u) << label << ": gated launches";
+      EXPECT_EQ(cb->hold_gate_timeouts(), 0u) << label << ": blocks that went ahead on the timeout";
+    }
+  }
+}
+
 TEST(CudaModel, QuantizedWeightsLargeShapes) {
   SKIP_WITHOUT_GPU();
   const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");

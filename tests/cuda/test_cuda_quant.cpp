@@ -14,7 +14,9 @@
 #include "quant/fp8.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -1022,6 +1024,60 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
 // same bits with it at each of its three points (when 0, 1, 2) as without, the next matrices are
 // unchanged, and launch_qgemv_multi ignores it where qgemv_prefetch_takes says no (two rows, the
 // norm folded, int4 at k <= 4096) and refuses a misaligned range.
+// The one-row plain GEMV's start gate (hold_gate.cuh; the packed o projection after a decode
+// attention): where qgemv_gate_takes, the gated kernel gives the ungated result bit for bit with
+// the gate open (its last block sets the count back to zero, no block counts a timeout) and with
+// it shut (every block goes ahead after kHoldGateTimeoutNs and counts it).
+TEST(CudaQuant, GemvGateChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  uint32_t* words = nullptr;
+  ASSERT_EQ(cudaMalloc(&words, 3 * sizeof(uint32_t)), cudaSuccess);
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    const int64_t m = 1000, k = 4000;  // (int4: 32 units, the 4-unit ring an o projection takes)
+    ASSERT_TRUE(cuda::qgemv_gate_takes(qf, 1, m, k, false)) << f;
+    EXPECT_FALSE(cuda::qgemv_gate_takes(qf, 2, m, k, false)) << f;
+    EXPECT_FALSE(cuda::qgemv_gate_takes(qf, 1, m, k, true)) << f;
+    Packed w = make_packed(f, m, k, 81);
+    const auto acc0 = random_floats(static_cast<size_t>(m), 82);
+    const auto xs = random_floats(static_cast<size_t>(k), 83);
+    auto x = dev_floats(xs, {1, k});
+    auto run = [&](const cuda::HoldGateUse* gate) {
+      auto out = dev_floats(acc0, {1, m});
+      cuda::QGemvSeg seg{w.t.data, nullptr, static_cast<float*>(out.t.data), m, /*accumulate=*/true};
+      EXPECT_EQ(cuda::launch_qgemv_multi(qf, &seg, 1, static_cast<const float*>(x.t.data), 1, k, false, nullptr,
+                                         cuda::QGemvPath::Auto, nullptr, 0, nullptr, nullptr, gate),
+                cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return download_floats(out.t);
+    };
+    auto read_words = [&] {
+      std::array<uint32_t, 3> h{};
+      EXPECT_EQ(cudaMemcpy(h.data(), words, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
+      return h;
+    };
+    const std::vector<float> plain = run(nullptr);
+    std::vector<double> ref = reference(xs, w.dec, nullptr, 1, m, k, true, gemv_x(f));
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += acc0[i];
+    EXPECT_LE(rel(plain, ref), 1e-4) << f;
+    for (const bool open : {true, false}) {
+      const uint32_t init[3] = {open ? 8u : 0u, 0u, 0u};
+      ASSERT_EQ(cudaMemcpy(words, init, sizeof(init), cudaMemcpyHostToDevice), cudaSuccess);
+      const cuda::HoldGateUse gate{words, 8, 3};
+      const std::vector<float> got = run(&gate);
+      EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), plain.size() * sizeof(float))) << f << " open " << open;
+      const auto h = read_words();
+      EXPECT_EQ(h[0], 0u) << f << " open " << open << ": the count after the last block";
+      EXPECT_EQ(h[1], 0u) << f << " open " << open << ": blocks passed, after the last";
+      if (open)
+        EXPECT_EQ(h[2], 0u) << f << ": blocks that timed out at an open gate";
+      else
+        EXPECT_GT(h[2], 0u) << f << ": blocks that timed out at a shut gate";
+    }
+  }
+  cudaFree(words);
+}
+
 TEST(CudaQuant, GemvPrefetchChangesNothing) {
   SKIP_WITHOUT_GPU();
   for (const char* f : {"int4", "fp8", "int8"}) {

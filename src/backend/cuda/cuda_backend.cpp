@@ -129,7 +129,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
     be->gemv_hold_ = std::string(v) == "3" ? kGemvHoldVariant : std::string(v) == "2" ? kGemvHold2Variant : 0;
   if (const char* v = std::getenv("EMBER_CUDA_HOLD_GATE_PARTS")) be->hold_gate_parts_ = std::clamp(std::atoi(v), 1, 3);
   if (const char* v = std::getenv("EMBER_CUDA_HOLD_GATE")) be->hold_gate_point_ = std::clamp(std::atoi(v), 0, 3);
-  if (be->hold_gate_point_ != 0) {
+  if (const char* v = std::getenv("EMBER_CUDA_QGEMV_GATE")) be->qgemv_gate_point_ = std::clamp(std::atoi(v), 0, 3);
+  if (be->hold_gate_point_ != 0 || be->qgemv_gate_point_ != 0) {
     EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 3 * sizeof(uint32_t)));
     EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 3 * sizeof(uint32_t)));
   }
@@ -1190,11 +1191,18 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     a.early_tiles = true;
   }
   // At one token (a one-row o projection) the held o GEMV after it (BF16 weights, as the q/k/v
-  // GEMV before it had) waits at the gate it opens (hold_gate.cuh): one arrival a block, a block
-  // per (sequence, kv head) here.
-  if (decode_alone && n_tokens == 1 && hold_gate_words_ && gemv_hold_ != 0 && last_gemv_bf16_ &&
+  // GEMV before it had), or the packed one of the q/k/v GEMV's format where its kernel takes a
+  // gate, waits at the gate it opens (hold_gate.cuh): one arrival a block, a block per (sequence,
+  // kv head) here.
+  const int64_t o_k = static_cast<int64_t>(p.n_heads) * p.head_dim;
+  const QFormat qf = qformat_of(last_gemv_wtype_);
+  const int packed_point = qgemv_gate_point_ >= 0 ? qgemv_gate_point_ : qf == QFormat::Int8 ? 0 : 2;
+  const int gate_point = last_gemv_bf16_ ? (gemv_hold_ != 0 ? hold_gate_point_ : 0)
+                         : packed_point != 0 && qgemv_gate_takes(qf, 1, o_k, o_k, /*norm=*/false) ? packed_point
+                                                                                                  : 0;
+  if (decode_alone && n_tokens == 1 && hold_gate_words_ && gate_point != 0 &&
       attention_decode_opens_gate(group_args(0), num_sms_)) {
-    a.hold_gate = HoldGate{hold_gate_words_, hold_gate_point_};
+    a.hold_gate = HoldGate{hold_gate_words_, gate_point};
     hold_gate_arrivals_ = static_cast<int>(ids[0].size()) * p.n_kv_heads;
   }
   for (int c = 0; c < 2; ++c) {

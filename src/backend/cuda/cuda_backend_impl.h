@@ -443,10 +443,16 @@ class CudaBackend final : public Backend, public CudaStep {
   // it for the next GEMV launch.
   int hold_gate_point_ = 2;
   int hold_gate_parts_ = 2;
+  // The same gate before a packed (int4 / fp8 / int8) o GEMV, whose first weight copies wait
+  // there (qgemv_gate_takes): EMBER_CUDA_QGEMV_GATE=1..3 the attention's point, 0 none; unset
+  // (-1) point 2 for int4 and fp8, none for int8 (two H100s, session 48: int4 +0.5% / +0.9%, fp8
+  // +0.2% / +1.3%; int8 -1.5% on one, +0.5% on the other).
+  int qgemv_gate_point_ = -1;
   uint32_t* hold_gate_words_ = nullptr;  // device [3] (HoldGate::words), null when off
   int hold_gate_arrivals_ = 0;
   uint64_t hold_gate_launches_ = 0;
   bool last_gemv_bf16_ = false;  // the GEMV launched last had BF16 weights (the q/k/v before an attention)
+  DType last_gemv_wtype_ = DType::BF16;  // ... and its weights' type
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
   int prefill_mode_ = -1;   // EMBER_CUDA_PREFILL_MODE: the wgmma prefill schedule (-1 the default) ...
   int prefill_keys_ = 0;    // ... and its keys per tile

@@ -183,11 +183,12 @@ void CudaBackend::flush() {
     pg_.count = 0;
     // (the o GEMV right after a gated decode attention waits at its gate: hold_gate.cuh)
     const HoldGateUse gate_use{hold_gate_words_, hold_gate_arrivals_, hold_gate_parts_};
-    const HoldGateUse* gate = hold_gate_arrivals_ > 0 && count == 1 && pg_.wtype == DType::BF16 ? &gate_use : nullptr;
+    const HoldGateUse* gate = hold_gate_arrivals_ > 0 && count == 1 ? &gate_use : nullptr;
     hold_gate_arrivals_ = 0;
     const GemvRope rope = pg_.rope;
     pg_.rope = GemvRope{};
     last_gemv_bf16_ = pg_.wtype == DType::BF16;
+    last_gemv_wtype_ = pg_.wtype;
     if (pg_.wtype != DType::BF16) {
       QGemvSeg q[kQGemvMaxSegs];
       for (int s = 0; s < count; ++s) {
@@ -200,9 +201,13 @@ void CudaBackend::flush() {
         for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;
         next = counted_prefetch(next, qgemv_prefetch_takes(qformat_of(pg_.wtype), pg_.n, rows, pg_.k, pg_.norm.w != nullptr));
       }
+      if (gate && (next || rope.head_dim > 0 ||
+                   !qgemv_gate_takes(qformat_of(pg_.wtype), pg_.n, pg_.segs[0].m, pg_.k, pg_.norm.w != nullptr)))
+        gate = nullptr;
+      if (gate) ++hold_gate_launches_;
       EMBER_CUDA_CHECK(launch_qgemv_multi(qformat_of(pg_.wtype), q, count, pg_.input(), pg_.n, pg_.k, /*pdl=*/true,
                                           stream_, QGemvPath::Auto, &pg_.norm, 0,
-                                          rope.head_dim > 0 ? &rope : nullptr, next));
+                                          rope.head_dim > 0 ? &rope : nullptr, next, gate));
     } else {
       int64_t rows = 0;  // of all the matrices (one grid)
       for (int s = 0; s < count; ++s) rows += pg_.segs[s].m;

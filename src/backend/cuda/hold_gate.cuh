@@ -9,7 +9,9 @@
 // the gate holds only once every block has arrived. A hint for timing only: the o GEMV's inputs
 // are ordered by its PDL wait as before, and a block that finds the gate shut for
 // kHoldGateTimeoutNs goes ahead (so a gate nobody opens costs time, never a hang; such blocks are
-// counted). The o GEMV's last block through sets the count back to zero: arrivals that come after
+// counted). The packed (int4 / fp8 / int8) o GEMV's staged kernel waits likewise before its ring's
+// first copies (qgemv_staged.cu, kGate; HoldGateUse::parts does not apply there), since session
+// 48. The o GEMV's last block through sets the count back to zero: arrivals that come after
 // a timeout, or from an attention whose next GEMV took no gate, let the next gated o GEMV through
 // early once, and are then gone.
 #include <cstdint>

@@ -334,6 +334,12 @@ bool qgemv_prefetch_takes(QFormat f, int n, int64_t m, int64_t k, bool norm) {
   return use_staged(QGemvPath::Auto, f, n, k, false, norm) && qgemv_staged_prefetch_path(f, n, k, norm);
 }
 
+bool qgemv_gate_takes(QFormat f, int n, int64_t m, int64_t k, bool norm) {
+  if (n < 1 || n > kQGemvMaxBatch || k % 8 != 0) return false;
+  if (use_fp8_wg(QGemvPath::Auto, f, n, k, 0, qgemv_wg_kind(false, m, norm))) return false;
+  return use_staged(QGemvPath::Auto, f, n, k, false, norm) && qgemv_staged_gate_path(f, n, k, norm);
+}
+
 bool qgemv_supported(int n, int64_t k, const void* x) {
   return n >= 1 && n <= kQGemvMaxBatch && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
@@ -353,7 +359,8 @@ bool qgemv_rope_takes(QFormat f, const QGemvSeg* segs, int n_segs, int n, int64_
 
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                               int cluster, const GemvRope* rope, const L2Prefetch* prefetch) {
+                               int cluster, const GemvRope* rope, const L2Prefetch* prefetch,
+                               const HoldGateUse* gate) {
   if (n_segs < 1 || n_segs > kQGemvMaxSegs || !qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
   const bool roped = rope && rope->head_dim > 0;
@@ -386,7 +393,8 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
   }
   if (use_staged(path, f, n, k, false, norm && norm->w))
-    return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, nullptr, path == QGemvPath::Auto ? prefetch : nullptr);
+    return launch_qgemv_staged(f, A, /*glu=*/false, pdl, stream, nullptr, path == QGemvPath::Auto ? prefetch : nullptr,
+                               path == QGemvPath::Auto ? gate : nullptr);
   return launch<1>(f, A, pdl, stream);
 }
 

@@ -18,6 +18,7 @@
 // The CUDA backend labels packed tensors Q4_0 (int4) / FP8_E4M3 (fp8) / Q8_0 (int8) with their
 // logical shape [m, k]; their bytes are this layout, not GGML's (on the device only the CUDA
 // backend reads them: is_packed / qformat_of in cuda_backend_impl.h).
+#include "backend/cuda/hold_gate.cuh"
 #include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/rope_epilogue.h"
 #include "backend/cuda/xnorm.h"
@@ -144,10 +145,16 @@ bool qgemv_takes_norm(QFormat f, int n, int64_t k, const void* x, const XNorm* n
 // rope (null or head_dim 0: none): the rope + K/V store epilogue (GemvRope; qgemv_rope_takes).
 // prefetch (null or n 0: none): the next GEMV's weights into L2 (L2Prefetch; ignored where
 // qgemv_prefetch_takes is false).
+// gate (null: none): the first weight copies wait at a decode attention's start gate
+// (hold_gate.cuh; ignored where qgemv_gate_takes is false, and where a prefetch is taken).
 cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, const float* x, int n,
                                int64_t k, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
                                const XNorm* norm = nullptr, int cluster = 0, const GemvRope* rope = nullptr,
-                               const L2Prefetch* prefetch = nullptr);
+                               const L2Prefetch* prefetch = nullptr, const HoldGateUse* gate = nullptr);
+// Whether launch_qgemv_multi (path Auto, no rope, no prefetch) waits at a start gate for a GEMV
+// of n rows of x and m rows of weights in all (norm: folded): the staged kernel's one-row plain
+// GEMV where an o projection runs (qgemv_staged_gate_path).
+bool qgemv_gate_takes(QFormat f, int n, int64_t m, int64_t k, bool norm);
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
@@ -199,13 +206,19 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
 // rope (null or head_dim 0: none): the rope epilogue, on the kernel qgemv_staged_rope_path says.
 // (Not a QGemvProblem field: every staged kernel's launch arguments would grow by it.)
 // prefetch (null or n 0: none): as launch_qgemv_multi's, on a kernel of its own (the same reason).
+// gate (null: none): likewise (qgemv_staged_gate_path), where no prefetch is taken.
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr);
+                                const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr,
+                                const HoldGateUse* gate = nullptr);
 // Whether launch_qgemv_staged runs a plain (no GLU) GEMV of n rows with the norm folded (norm)
 // on the kernel that has the rope epilogue (one row, the 4-unit ring, the norm staged at once).
 bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm);
 // Whether launch_qgemv_staged runs a plain GEMV of n rows (norm: folded) on the kernel that
 // issues the prefetches of L2Prefetch (one row, no norm, the 8-unit ring, two units a wait).
 bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm);
+// Whether launch_qgemv_staged runs a plain GEMV of n rows (norm: folded) on a kernel that waits
+// at a start gate (one row, no norm, no cluster; int4 on the 4-unit ring, fp8 / int8 on the 8-unit
+// ring two units a wait).
+bool qgemv_staged_gate_path(QFormat f, int n, int64_t k, bool norm);
 
 }  // namespace ember::cuda

@@ -36,6 +36,7 @@
 //     1152 + q, minus 1152 is q exactly (i8x2_to_f16x2); x staged as F16 (unscaled) in fp8's
 //     order; the row scale in the epilogue.
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/hold_gate.cuh"
 #include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/norm_stage.cuh"
@@ -104,8 +105,14 @@ struct SArgsRope : SArgs {
 struct SArgsNext : SArgs {
   L2Prefetch next;
 };
-template <bool kRope, bool kNext = false>
-using KernelArgs = std::conditional_t<kRope, SArgsRope, std::conditional_t<kNext, SArgsNext, SArgs>>;
+// Likewise the kernels that wait at a decode attention's start gate (kGate; hold_gate.cuh).
+struct SArgsGate : SArgs {
+  uint32_t* gate;
+  int gate_arrivals;
+};
+template <bool kRope, bool kNext = false, bool kGate = false>
+using KernelArgs = std::conditional_t<kRope, SArgsRope,
+                                      std::conditional_t<kNext, SArgsNext, std::conditional_t<kGate, SArgsGate, SArgs>>>;
 
 // How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
 // Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
@@ -628,10 +635,14 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // the loop differently): the 50 KB kernel of that path alone still measured 494 there (call 2).
 // kRope: the rope + K/V store epilogue (GemvRope; one batch row, S == 1, no cluster).
 // kNext: the L2 prefetch of the next GEMV's weights (L2Prefetch; plain GEMVs, no cluster).
-template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext> A) {
+// kGate: the ring's first copies wait at a decode attention's start gate (SArgsGate; plain
+// GEMVs, no cluster).
+template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false,
+          bool kGate = false>
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext, kGate> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
   static_assert(!kNext || (S == 1 && !kCl && !kRope), "the prefetch: plain GEMVs without the cluster split");
+  static_assert(!kGate || (S == 1 && !kCl && !kRope && !kNext), "the gate: plain GEMVs without the cluster split");
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
@@ -673,6 +684,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
 
   TilePtrs<S> lp;
   tile_ptrs<S, kRope>(A, tile, g, t, warp, u_off, lp);
+  if constexpr (kGate) hold_gate_pass(A.gate, A.gate_arrivals);
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
     if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
@@ -1060,6 +1072,12 @@ bool prefetch_kernel_takes(const StagedChoice& c, int n, bool norm) {
          two_units_a_wait(1);
 }
 
+// Whether a plain GEMV placed as c runs on the gated kernel of its format (launch_gate_staged).
+bool gate_kernel_takes(const StagedChoice& c, QFormat f, int n, bool norm) {
+  if (norm || n != 1 || c.plan.cluster != 1 || c.x != XStage::Plain) return false;
+  return f == QFormat::Int4 ? c.one_row_r4 && c.ring == 4 : c.ring == 8 && c.plan.ring == 8 && two_units_a_wait(1);
+}
+
 // The kernels that prefetch the next GEMV's weights (kNext): one row, no norm, the 8-unit ring,
 // two units a wait (qgemv_staged_prefetch_path). (Referenced here, before the rope's, so that
 // their code lands after every other kernel's: see launch_rope_staged.)
@@ -1072,6 +1090,23 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const int grid = A.n_tiles < resident ? A.n_tiles : resident;
   A.next = l2_prefetch_plan(A.next, static_cast<uint32_t>(grid));
+  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
+}
+
+// The kernels whose first copies wait at a start gate (kGate): one row, no norm, no cluster, int4
+// on the 4-unit ring one unit a wait, fp8 / int8 on the 8-unit ring two units a wait (where
+// choose_staged puts an o projection: gate_kernel_takes). (Referenced here too, for the same
+// reason.)
+cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
+  auto kernel = f == QFormat::Int4 ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::Plain, false, false, true>
+                : f == QFormat::Int8
+                    ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, false, true>
+                    : qgemv_staged_kernel<QFormat::Fp8, 1, 2, 8, false, XStage::Plain, false, false, true>;
+  const int ring = f == QFormat::Int4 ? 4 : 8;
+  const size_t smem = staged_smem(f, ring, A.n, A.k);
+  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
@@ -1101,8 +1136,12 @@ bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
   return prefetch_kernel_takes(choose_staged(f, false, norm, n, k, 0), n, norm);
 }
 
+bool qgemv_staged_gate_path(QFormat f, int n, int64_t k, bool norm) {
+  return gate_kernel_takes(choose_staged(f, false, norm, n, k, 0), f, n, norm);
+}
+
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope_args, const L2Prefetch* prefetch) {
+                                const GemvRope* rope_args, const L2Prefetch* prefetch, const HoldGateUse* gate) {
   const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
   if (c.plan.ring == 0) return cudaErrorInvalidValue;
   const bool rope = rope_args && rope_args->head_dim > 0;
@@ -1132,6 +1171,13 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     static_cast<SArgs&>(N) = A;
     N.next = *prefetch;
     return launch_next_staged(f, N, pdl, stream);  // (which plans the slices for its grid)
+  }
+  if (gate && gate->words && !glu && p.cluster == 0 && gate_kernel_takes(c, f, p.n, p.norm.w != nullptr)) {
+    SArgsGate G;
+    static_cast<SArgs&>(G) = A;
+    G.gate = gate->words;
+    G.gate_arrivals = gate->arrivals;
+    return launch_gate_staged(f, G, pdl, stream);
   }
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
   return ring == 4 ? launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/one_row_r4)
