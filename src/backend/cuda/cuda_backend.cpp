@@ -1194,12 +1194,15 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   // GEMV before it had), or the packed one of the q/k/v GEMV's format where its kernel takes a
   // gate, waits at the gate it opens (hold_gate.cuh): one arrival a block, a block per (sequence,
   // kv head) here.
-  const int64_t o_k = static_cast<int64_t>(p.n_heads) * p.head_dim;
-  const QFormat qf = qformat_of(last_gemv_wtype_);
-  const int packed_point = qgemv_gate_point_ >= 0 ? qgemv_gate_point_ : qf == QFormat::Int8 ? 0 : 2;
-  const int gate_point = last_gemv_bf16_ ? (gemv_hold_ != 0 ? hold_gate_point_ : 0)
-                         : packed_point != 0 && qgemv_gate_takes(qf, 1, o_k, o_k, /*norm=*/false) ? packed_point
-                                                                                                  : 0;
+  int gate_point = 0;
+  if (last_gemv_wtype_ == DType::BF16) {
+    gate_point = gemv_hold_ != 0 ? hold_gate_point_ : 0;
+  } else if (is_packed_type(last_gemv_wtype_)) {
+    const QFormat qf = qformat_of(last_gemv_wtype_);
+    const int64_t o_k = static_cast<int64_t>(p.n_heads) * p.head_dim;  // (the o GEMV's k; as m it only picks a kind)
+    const int point = qgemv_gate_point_ >= 0 ? qgemv_gate_point_ : qf == QFormat::Int8 ? 0 : 2;
+    if (point != 0 && qgemv_gate_takes(qf, 1, o_k, o_k, /*norm=*/false)) gate_point = point;
+  }
   if (decode_alone && n_tokens == 1 && hold_gate_words_ && gate_point != 0 &&
       attention_decode_opens_gate(group_args(0), num_sms_)) {
     a.hold_gate = HoldGate{hold_gate_words_, gate_point};

@@ -254,10 +254,8 @@ class CudaBackend final : public Backend, public CudaStep {
   // Packed int4 / fp8 / int8 weights, labelled Q4_0 / FP8_E4M3 / Q8_0 on the device (the qgemv.cuh
   // layout, not GGML blocks: GGUF Q4_0 / Q8_0 tensors are dequantized on the host at load, so a
   // CUDA tensor of these dtypes is always packed, and only the ops here read it).
-  static bool is_packed(const Tensor& w) {
-    return w.device == Device::CUDA &&
-           (w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3 || w.dtype == DType::Q8_0);
-  }
+  static bool is_packed_type(DType t) { return t == DType::Q4_0 || t == DType::FP8_E4M3 || t == DType::Q8_0; }
+  static bool is_packed(const Tensor& w) { return w.device == Device::CUDA && is_packed_type(w.dtype); }
   static QFormat qformat_of(DType t) {
     return t == DType::Q4_0 ? QFormat::Int4 : t == DType::Q8_0 ? QFormat::Int8 : QFormat::Fp8;
   }
@@ -451,8 +449,8 @@ class CudaBackend final : public Backend, public CudaStep {
   uint32_t* hold_gate_words_ = nullptr;  // device [3] (HoldGate::words), null when off
   int hold_gate_arrivals_ = 0;
   uint64_t hold_gate_launches_ = 0;
-  bool last_gemv_bf16_ = false;  // the GEMV launched last had BF16 weights (the q/k/v before an attention)
-  DType last_gemv_wtype_ = DType::BF16;  // ... and its weights' type
+  // The weights' type of the GEMV launched last (the q/k/v before an attention; F32: none yet).
+  DType last_gemv_wtype_ = DType::F32;
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
   int prefill_mode_ = -1;   // EMBER_CUDA_PREFILL_MODE: the wgmma prefill schedule (-1 the default) ...
   int prefill_keys_ = 0;    // ... and its keys per tile

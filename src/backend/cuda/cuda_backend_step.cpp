@@ -187,7 +187,6 @@ void CudaBackend::flush() {
     hold_gate_arrivals_ = 0;
     const GemvRope rope = pg_.rope;
     pg_.rope = GemvRope{};
-    last_gemv_bf16_ = pg_.wtype == DType::BF16;
     last_gemv_wtype_ = pg_.wtype;
     if (pg_.wtype != DType::BF16) {
       QGemvSeg q[kQGemvMaxSegs];
