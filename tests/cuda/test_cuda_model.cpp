@@ -1071,6 +1071,24 @@ std::vector<std::vector<float>> decode_logits(ModelRunner& r, const std::vector<
   return out;
 }
 
+// load_runner (graphs on, weights `format`) with the environment variables of `env` set while the
+// backend reads them (a null value leaves that one unset), and unset after.
+std::unique_ptr<ModelRunner> load_runner_with(const std::string& path, const char* format, int bpb,
+                                              std::initializer_list<std::pair<const char*, const char*>> env) {
+  for (const auto& [name, value] : env)
+    if (value) setenv(name, value, 1);
+  auto r = load_runner(path, "cuda", DType::BF16, bpb, true, format);
+  for (const auto& [name, value] : env) unsetenv(name);
+  return r;
+}
+
+// decode_logits of a runner that followed `want`'s tokens: the same logits bit for bit, step by step.
+void expect_same_logits(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                        const std::string& label) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << label << " step " << j;
+}
+
 // The L2 prefetch of the next GEMV's weights (EMBER_CUDA_NEXT_L2: the down projection asks L2
 // for the next layer's q/k/v weights, as the previous step launched them) changes no result: a
 // prompt and ten graph-captured decode steps give the same logits bit for bit with it (by default,
@@ -1085,12 +1103,7 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
   std::vector<std::string> paths = {kFixtures + "/llama2/hf", kFixtures + "/mistral/hf"};
   if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) paths.push_back(dir);
   auto load_with = [](const std::string& path, const char* format, int bpb, const char* mode, const char* when) {
-    if (mode) setenv("EMBER_CUDA_NEXT_L2", mode, 1);
-    if (when) setenv("EMBER_CUDA_NEXT_L2_WHEN", when, 1);
-    auto r = load_runner(path, "cuda", DType::BF16, bpb, true, format);
-    unsetenv("EMBER_CUDA_NEXT_L2");
-    unsetenv("EMBER_CUDA_NEXT_L2_WHEN");
-    return r;
+    return load_runner_with(path, format, bpb, {{"EMBER_CUDA_NEXT_L2", mode}, {"EMBER_CUDA_NEXT_L2_WHEN", when}});
   };
   for (const std::string& path : paths) {
     if (!std::ifstream(path + "/config.json")) continue;
@@ -1125,9 +1138,8 @@ TEST(CudaModel, NextWeightsPrefetchChangesNothing) {
         const std::string label = std::string(" mode ") + (mode ? mode : "default") + " when " + (when ? when : "0");
         auto a = load_with(path, format, bpb, mode, when);
         ASSERT_TRUE(a) << path;
-        const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
-        ASSERT_EQ(got.size(), want.size()) << path << " " << format << label;
-        for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << path << " " << format << label << " step " << j;
+        ASSERT_NO_FATAL_FAILURE(
+            expect_same_logits(decode_logits(*a, prompt, n_decode, bpb, &want), want, path + " " + format + label));
         // (BF16 at =2: the three-matrix q/k/v GEMV, variant 7 for several matrices, prefetches the
         // o projection's weights wherever the down projection's kernel does not take it)
         const int m = mode ? std::atoi(mode) : default_mode;
@@ -1151,12 +1163,7 @@ TEST(CudaModel, HoldGateChangesNothing) {
   std::vector<std::string> paths = {kFixtures + "/llama2/hf", kFixtures + "/llama3/hf-bf16"};
   if (const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL")) paths.push_back(dir);
   auto load_with = [](const std::string& path, int bpb, const char* point, const char* parts) {
-    if (point) setenv("EMBER_CUDA_HOLD_GATE", point, 1);
-    if (parts) setenv("EMBER_CUDA_HOLD_GATE_PARTS", parts, 1);
-    auto r = load_runner(path, "cuda", DType::BF16, bpb, true, "auto");
-    unsetenv("EMBER_CUDA_HOLD_GATE");
-    unsetenv("EMBER_CUDA_HOLD_GATE_PARTS");
-    return r;
+    return load_runner_with(path, "auto", bpb, {{"EMBER_CUDA_HOLD_GATE", point}, {"EMBER_CUDA_HOLD_GATE_PARTS", parts}});
   };
   for (const std::string& path : paths) {
     if (!std::ifstream(path + "/config.json")) continue;
@@ -1175,9 +1182,7 @@ TEST(CudaModel, HoldGateChangesNothing) {
       const std::string label = std::string(" point ") + (point ? point : "default") + " parts " + (parts ? parts : "default");
       auto a = load_with(path, bpb, point, parts);
       ASSERT_TRUE(a) << path;
-      const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
-      ASSERT_EQ(got.size(), want.size()) << path << label;
-      for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << path << label << " step " << j;
+      ASSERT_NO_FATAL_FAILURE(expect_same_logits(decode_logits(*a, prompt, n_decode, bpb, &want), want, path + label));
       auto* cb = cuda_step(a->backend());
       const int hd = a->config().head_dim;
       if (hd == 64 || hd == 128)  // (a captured launch counts once)
@@ -1201,10 +1206,7 @@ TEST(CudaModel, PackedGateChangesNothing) {
   const std::string path = dir;
   const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
   auto load_with = [&](const char* format, const char* point) {  // (point null: the default)
-    if (point) setenv("EMBER_CUDA_QGEMV_GATE", point, 1);
-    auto r = load_runner(path, "cuda", DType::BF16, bpb, true, format);
-    unsetenv("EMBER_CUDA_QGEMV_GATE");
-    return r;
+    return load_runner_with(path, format, bpb, {{"EMBER_CUDA_QGEMV_GATE", point}});
   };
   for (const auto& [format, points] :
        {std::pair<const char*, std::vector<const char*>>{"int4", {nullptr, "1", "2", "3"}},
@@ -1220,9 +1222,7 @@ TEST(CudaModel, PackedGateChangesNothing) {
       const std::string label = std::string(format) + " point " + (point ? point : "default");
       auto a = load_with(format, point);
       ASSERT_TRUE(a) << label;
-      const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
-      ASSERT_EQ(got.size(), want.size()) << label;
-      for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got[j], want[j]) << label << " step " << j;
+      ASSERT_NO_FATAL_FAILURE(expect_same_logits(decode_logits(*a, prompt, n_decode, bpb, &want), want, label));
       auto* cb = cuda_step(a->backend());
       if (!point && std::string(format) == "int8")
         EXPECT_EQ(cb->hold_gate_launches(), 0u) << label << ": gated launches";

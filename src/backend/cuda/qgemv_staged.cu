@@ -1078,6 +1078,15 @@ bool gate_kernel_takes(const StagedChoice& c, QFormat f, int n, bool norm) {
   return f == QFormat::Int4 ? c.one_row_r4 && c.ring == 4 : c.ring == 8 && c.plan.ring == 8 && two_units_a_wait(1);
 }
 
+// The grid of a kernel below (one row, no cluster): its tiles, at most the blocks the GPU holds at
+// once with a `ring`-unit ring and x in shared memory (smem, set); 0 where none fits.
+template <typename K>
+int one_wave_grid(K kernel, QFormat f, int ring, const SArgs& A, size_t& smem) {
+  smem = staged_smem(f, ring, A.n, A.k);
+  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
+  return resident <= 0 ? 0 : A.n_tiles < resident ? A.n_tiles : resident;
+}
+
 // The kernels that prefetch the next GEMV's weights (kNext): one row, no norm, the 8-unit ring,
 // two units a wait (qgemv_staged_prefetch_path). (Referenced here, before the rope's, so that
 // their code lands after every other kernel's: see launch_rope_staged.)
@@ -1085,10 +1094,9 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
   auto kernel = f == QFormat::Int4   ? qgemv_staged_kernel<QFormat::Int4, 1, 2, 8, false, XStage::Plain, false, true>
                 : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, true>
                                      : qgemv_staged_kernel<QFormat::Fp8, 1, 2, 8, false, XStage::Plain, false, true>;
-  const size_t smem = staged_smem(f, 8, A.n, A.k);
-  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
-  if (resident <= 0) return cudaErrorInvalidConfiguration;
-  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  size_t smem = 0;
+  const int grid = one_wave_grid(kernel, f, 8, A, smem);
+  if (grid == 0) return cudaErrorInvalidConfiguration;
   A.next = l2_prefetch_plan(A.next, static_cast<uint32_t>(grid));
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
@@ -1102,11 +1110,9 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
                 : f == QFormat::Int8
                     ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, false, true>
                     : qgemv_staged_kernel<QFormat::Fp8, 1, 2, 8, false, XStage::Plain, false, false, true>;
-  const int ring = f == QFormat::Int4 ? 4 : 8;
-  const size_t smem = staged_smem(f, ring, A.n, A.k);
-  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
-  if (resident <= 0) return cudaErrorInvalidConfiguration;
-  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  size_t smem = 0;
+  const int grid = one_wave_grid(kernel, f, f == QFormat::Int4 ? 4 : 8, A, smem);
+  if (grid == 0) return cudaErrorInvalidConfiguration;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
@@ -1118,10 +1124,9 @@ cudaError_t launch_rope_staged(QFormat f, const SArgsRope& A, bool pdl, cudaStre
   auto kernel = f == QFormat::Int4  ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::NormOne, true>
                 : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 1, 4, false, XStage::NormOne, true>
                                      : qgemv_staged_kernel<QFormat::Fp8, 1, 1, 4, false, XStage::NormOne, true>;
-  const size_t smem = staged_smem(f, 4, A.n, A.k);
-  const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
-  if (resident <= 0) return cudaErrorInvalidConfiguration;
-  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  size_t smem = 0;
+  const int grid = one_wave_grid(kernel, f, 4, A, smem);
+  if (grid == 0) return cudaErrorInvalidConfiguration;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
