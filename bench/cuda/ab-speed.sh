@@ -34,6 +34,12 @@ mkdir -p "$logs"
 model=/tmp/ember-llama3-8b
 start=$(date +%s)
 note() { echo "$*" | tee -a "$logs/summary.txt"; }
+# A log file's name for a run spec: "=" becomes "-" and anything else but [A-Za-z0-9_-] "_" (the
+# device tool drops files whose names hold "=").
+file_tag() {
+  local s=${1//=/-}
+  echo "${s//[^A-Za-z0-9_-]/_}"
+}
 note "$(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader 2>/dev/null)"
 [ -f "$model-2layers/config.json" ] || python3 "$root/tools/make_cuda_bench_weights.py" "$model-2layers" --layers 2 >/dev/null 2>&1
 wpid=
@@ -43,7 +49,7 @@ if [ ! -f "$model/config.json" ]; then
 fi
 for t in ${TESTS:-}; do
   for te in ${TEST_ENV:-EMBER_AB_PLAIN=1}; do
-    log="$logs/$t-${te//[^A-Za-z0-9_=]/_}.log"
+    log="$logs/$t-$(file_tag "$te").log"
     IFS=, read -r -a tenv <<<"$te"
     env "${tenv[@]}" EMBER_FIXTURES_DIR="$root/tests/fixtures" EMBER_CUDA_TEST_MODEL="$model-2layers" timeout 300 "$bin/$t" >"$log" 2>&1
     note "$t $te: rc=$? $(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  FAILED  \] [A-Z]' "$log") failed ($(( $(date +%s) - start )) s)"
@@ -56,7 +62,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
       name=${spec%%:*}
       envs=()
       [[ $spec == *:* ]] && IFS=, read -r -a envs <<<"${spec#*:}"
-      log="$logs/speed-$f-${spec//[^A-Za-z0-9_=]/_}-$r.log"
+      log="$logs/speed-$f-$(file_tag "$spec")-$r.log"
       # shellcheck disable=SC2086
       env "${envs[@]}" timeout 200 "$bin/$name" bench speed -m "$model" --device cuda --weight-format "$f" \
         ${SPEED_ARGS:--r 2 -p 128 -n 256} >"$log" 2>&1
@@ -67,7 +73,7 @@ done
 # FORMAT:NAME[:VAR=VALUE[,...]] -> f, name, envs, tag (a TRACES / PROBES entry).
 parse_spec() {
   local rest=${1#*:}
-  f=${1%%:*} name=${rest%%:*} tag=${1//[^A-Za-z0-9_=]/_}
+  f=${1%%:*} name=${rest%%:*} tag=$(file_tag "$1")
   envs=()
   [[ $rest == *:* ]] && IFS=, read -r -a envs <<<"${rest#*:}"
   return 0
