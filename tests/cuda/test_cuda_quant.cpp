@@ -1018,12 +1018,6 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   }
 }
 
-// The L2 prefetch of the next GEMV's weights (L2Prefetch, EMBER_CUDA_NEXT_L2) is a hint: the
-// one-row GEMV that issues it (the staged kernel's plain 8-unit ring: a down projection, odd sizes
-// with a partly covered last tile, accumulating into out as the down projection does) writes the
-// same bits with it at each of its three points (when 0, 1, 2) as without, the next matrices are
-// unchanged, and launch_qgemv_multi ignores it where qgemv_prefetch_takes says no (two rows, the
-// norm folded, int4 at k <= 4096) and refuses a misaligned range.
 // The one-row plain GEMV's start gate (hold_gate.cuh; the packed o projection after a decode
 // attention): where qgemv_gate_takes, the gated kernel gives the ungated result bit for bit with
 // the gate open (its last block sets the count back to zero, no block counts a timeout) and with
@@ -1078,6 +1072,12 @@ TEST(CudaQuant, GemvGateChangesNothing) {
   cudaFree(words);
 }
 
+// The L2 prefetch of the next GEMV's weights (L2Prefetch, EMBER_CUDA_NEXT_L2) is a hint: the
+// one-row GEMV that issues it (the staged kernel's plain 8-unit ring: a down projection, odd sizes
+// with a partly covered last tile, accumulating into out as the down projection does) writes the
+// same bits with it at each of its three points (when 0, 1, 2) as without, the next matrices are
+// unchanged, and launch_qgemv_multi ignores it where qgemv_prefetch_takes says no (two rows, the
+// norm folded, int4 at k <= 4096) and refuses a misaligned range.
 TEST(CudaQuant, GemvPrefetchChangesNothing) {
   SKIP_WITHOUT_GPU();
   for (const char* f : {"int4", "fp8", "int8"}) {
