@@ -153,8 +153,11 @@ struct PackedGemvData {
   std::vector<void*> w;
   float* x = nullptr;
   float* y = nullptr;
-  PackedGemvData(QFormat f, int64_t m, int64_t k, int min_copies, cudaStream_t s) : qbytes(qweight_bytes(f, m, k)) {
-    w.resize(std::max<size_t>(min_copies, (size_t{512} << 20) / qbytes + 1));
+  // exact_copies > 0: that many copies instead (1: every launch reads the same weights).
+  PackedGemvData(QFormat f, int64_t m, int64_t k, int min_copies, cudaStream_t s, int exact_copies = 0)
+      : qbytes(qweight_bytes(f, m, k)) {
+    w.resize(exact_copies > 0 ? static_cast<size_t>(exact_copies)
+                              : std::max<size_t>(min_copies, (size_t{512} << 20) / qbytes + 1));
     void* src = dmalloc(static_cast<size_t>(m * k) * 2);
     CK(launch_fill_random(DType::BF16, src, m * k, 10, -0.05f, 0.05f, s));
     for (void*& p : w) {
@@ -962,7 +965,10 @@ void profile_qgemv_sweep(cudaStream_t s, int argc, char** argv) {
   const bool glu = std::string(argv[5]) == "glu";
   for (int a = 6; a < argc; ++a) {
     const int64_t m = std::atoll(argv[a]);
-    const PackedGemvData data(f, m, k, 2, s);
+    // EMBER_BENCH_QGEMV_COPIES=1: every launch reads the same weights, so that shapes that fit
+    // in L2 time the kernel's own rate rather than DRAM's.
+    const char* copies_env = std::getenv("EMBER_BENCH_QGEMV_COPIES");
+    const PackedGemvData data(f, m, k, 2, s, copies_env ? std::max(1, std::atoi(copies_env)) : 0);
     const int per_graph = std::max(data.copies() * 4, 16);
     const double ms = time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, m, k, n, glu, QGemvPath::Auto, s); });
     const double bytes = (glu ? 2.0 : 1.0) * static_cast<double>(data.qbytes);
