@@ -212,23 +212,39 @@ inline bool sm90a_kernels_run_on(int device) {
 #endif
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the
-// previous kernel when pdl; returns the launch error.
+// Launches kernel<<<grid, block, smem, stream>>>(args...) in clusters of cluster_x blocks along x
+// (none at 1), as a programmatic dependent of the previous kernel when pdl; returns the launch
+// error.
 template <typename... KArgs, typename... Args>
-inline cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t stream, bool pdl, Args... args) {
+inline cudaError_t launch_kernel_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t stream, bool pdl, unsigned cluster_x, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = n;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
   return e != cudaSuccess ? e : cudaGetLastError();
+}
+// The same without clusters.
+template <typename... KArgs, typename... Args>
+inline cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, bool pdl, Args... args) {
+  return launch_kernel_clustered(kernel, grid, block, smem, stream, pdl, 1u, args...);
 }
 
 }  // namespace ember::cuda
