@@ -30,7 +30,9 @@ size_t smem_bytes(int rows, int stages, int D, bool one_byte, size_t scale_bytes
 // per-(slot, head) scale, which the thread that copies a chunk also copies for itself).
 // The tile loader here is the lambdas below, not KvTileLoader: with the struct, ptxas picks
 // 168 registers and a spill for the 16-bit decode kernel (198 without), measured 1-5% slower.
-template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8>
+// kCluster: the decode launch split over a cluster (Launch::cluster > 1, cluster_merge_decode);
+// only those instantiations carry the merge's code.
+template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launch L) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kRows = kDecode ? kDecodeRows : 16 * kWarps;
@@ -90,19 +92,22 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   float* const s_l = s_m + kWarps * kDecodeRows;
   float* const c_lse = s_l + kWarps * kDecodeRows;
   float* const c_part = c_lse + kDecodeRows;
-  if (!attn_span<kDecode, kRows>(L, sp)) {
-    if (kDecode && (a.hold_gate.words || (L.cluster > 1 && sp.empty_split))) {
-      // (every block arrives, or the gate opens only by its timeout; a cluster's empty split
-      // still writes its share of the merged rows, which needs its predecessor done)
-      if (early) pdl_finish_deferred(a.pdl_release_early);
-      else pdl_wait();
-      hold_gate_arrive(a.hold_gate, a.hold_gate.point);
-    }
-    if constexpr (kDecode) {
-      if (L.cluster > 1 && sp.empty_split) {
+  if (!attn_span<kDecode, kRows, kCluster>(L, sp)) {
+    if constexpr (kCluster) {
+      // An empty split still writes its share of the merged rows, which needs its predecessor
+      // done, and arrives at the gate like every block.
+      if (sp.empty_split) {
+        if (early) pdl_finish_deferred(a.pdl_release_early);
+        else pdl_wait();
+        hold_gate_arrive(a.hold_gate, a.hold_gate.point);
         if (threadIdx.x < kDecodeRows) c_lse[threadIdx.x] = -INFINITY;
         cluster_merge_decode<D>(L, sp, c_part, c_lse);
+        return;
       }
+    }
+    if (kDecode && a.hold_gate.words) {  // (every block arrives, or the gate opens only by its timeout)
+      pdl_wait();
+      hold_gate_arrive(a.hold_gate, a.hold_gate.point);
     }
     return;
   }
@@ -348,9 +353,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     __syncthreads();
     EMBER_PROBE_MARK(2, 5, n_tiles, blockIdx.x, blockIdx.z);
     hold_gate_arrive(a.hold_gate, 3);
-    finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; },
-                          c_part, c_lse);
-    if (L.cluster > 1) cluster_merge_decode<D>(L, sp, c_part, c_lse);
+    finish_decode_rows<D, kDecodeRows, kCluster>(
+        L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; }, c_part, c_lse);
+    if constexpr (kCluster) cluster_merge_decode<D>(L, sp, c_part, c_lse);
     EMBER_PROBE_MARK(2, 7, n_tiles, blockIdx.x, blockIdx.z);
   }
 }
@@ -393,6 +398,13 @@ cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
   // INT8 scales: 2 floats per key a thread copies (kPasses = 16 * kTileKeys / (D * kWarps * 32)).
   const size_t scale_bytes = kFp8 == kKvI8 ? size_t{kTileKeys} * (D / 16) * 2 * sizeof(float) : 0;
   const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D, kFp8 != kKvNative, scale_bytes);
+  if constexpr (kDecode && kFp8 == kKvNative) {
+    if (L.cluster > 1)
+      return launch_softcap_pair<paged_attn_mma_kernel<T, D, true, kWarps, kStages, false, kFp8, true>,
+                                 paged_attn_mma_kernel<T, D, true, kWarps, kStages, true, kFp8, true>>(
+          L, smem, grid, dim3(kWarps * 32), stream);
+  }
+  if (L.cluster > 1) return cudaErrorInvalidValue;
   return launch_softcap_pair<paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>,
                              paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>>(L, smem, grid,
                                                                                                dim3(kWarps * 32), stream);

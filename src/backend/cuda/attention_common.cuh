@@ -236,7 +236,8 @@ struct AttnSpan {
 // Fills sp for this block; false when it has nothing to do (rows past the sequence's, or a
 // decode split past every row's keys, whose empty partial it writes first). Uniform over the
 // block, so callers return before any barrier.
-template <bool kDecode, int kRows>
+// kCluster: a cluster split's launch (Launch::cluster > 1; only its kernels carry that code).
+template <bool kDecode, int kRows, bool kCluster = false>
 __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
   const PagedAttnArgs& a = L.a;
   const int zi = blockIdx.z;
@@ -270,7 +271,7 @@ __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
   sp.kv_hi = pos_max + 1;  // exclusive; causal: no row sees past its own position
   sp.part = ((static_cast<size_t>(zi) * a.n_kv_heads + kh) * L.row_tiles + rt) * L.splits + split;
   if constexpr (kDecode) {
-    if (L.cluster > 1) {
+    if constexpr (kCluster) {
       // An equal share of this sequence's own tiles (split_len is the launch's bound, under a
       // graph a width bucket above the longest sequence).
       const int t0 = sp.kv_lo / kTileKeys, t1 = (sp.kv_hi + kTileKeys - 1) / kTileKeys;
@@ -282,7 +283,7 @@ __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
       sp.kv_hi = min(sp.kv_hi, (split + 1) * L.split_len);
     }
     if (sp.kv_lo >= sp.kv_hi) {  // this split lies past every row's keys: an empty partial
-      if (L.splits > 1 && L.cluster == 1 && threadIdx.x < kDecodeRows)
+      if (!kCluster && L.splits > 1 && threadIdx.x < kDecodeRows)
         L.part_lse[sp.part * kDecodeRows + threadIdx.x] = -INFINITY;
       sp.empty_split = true;
       return false;
@@ -633,7 +634,8 @@ __device__ __forceinline__ void store_warp_state(float* s_m, float* s_l, int war
 // maximum and 4 exp2f and every padding row cost an iteration (H200, batch-1 int4: this end
 // took 3,500 cycles of the attention's ~20,000). Per element the same operations in the same
 // order as before.
-template <int D, int kRows = kDecodeRows, typename OAt>
+// kCluster: a cluster split's kernel, whose rows go to c_part / c_lse for cluster_merge_decode.
+template <int D, int kRows = kDecodeRows, bool kCluster = false, typename OAt>
 __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSpan& sp, float* s_m, float* s_l,
                                                    OAt o_at, float* c_part = nullptr, float* c_lse = nullptr) {
   static_assert(kDecodeWarps >= 2 && kRows <= kDecodeWarps * 32);
@@ -666,7 +668,7 @@ __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSp
       for (int w = 0; w < kDecodeWarps; ++w) acc += o_at(w, r, d) * s_m[w * kRows + r];
     }
     const float val = Lsum > 0.0f ? acc / Lsum : 0.0f;
-    if (L.cluster > 1) {  // this split's partial, for cluster_merge_decode
+    if constexpr (kCluster) {  // this split's partial, for cluster_merge_decode
       c_part[r * D + d] = val;
       if (d == 0) c_lse[r] = Lsum > 0.0f ? s_l[kRows + r] + log2f(Lsum) : -INFINITY;
     } else if (L.splits == 1) {
