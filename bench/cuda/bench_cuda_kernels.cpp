@@ -963,12 +963,13 @@ void profile_qgemv_sweep(cudaStream_t s, int argc, char** argv) {
   const int64_t k = std::atoll(argv[3]);
   const int n = std::atoi(argv[4]);
   const bool glu = std::string(argv[5]) == "glu";
+  // EMBER_BENCH_QGEMV_COPIES=1: every launch reads the same weights, so that shapes that fit in
+  // L2 time the kernel's own rate rather than DRAM's.
+  const char* copies_env = std::getenv("EMBER_BENCH_QGEMV_COPIES");
+  const int exact_copies = copies_env ? std::max(1, std::atoi(copies_env)) : 0;
   for (int a = 6; a < argc; ++a) {
     const int64_t m = std::atoll(argv[a]);
-    // EMBER_BENCH_QGEMV_COPIES=1: every launch reads the same weights, so that shapes that fit
-    // in L2 time the kernel's own rate rather than DRAM's.
-    const char* copies_env = std::getenv("EMBER_BENCH_QGEMV_COPIES");
-    const PackedGemvData data(f, m, k, 2, s, copies_env ? std::max(1, std::atoi(copies_env)) : 0);
+    const PackedGemvData data(f, m, k, 2, s, exact_copies);
     const int per_graph = std::max(data.copies() * 4, 16);
     const double ms = time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, m, k, n, glu, QGemvPath::Auto, s); });
     const double bytes = (glu ? 2.0 : 1.0) * static_cast<double>(data.qbytes);

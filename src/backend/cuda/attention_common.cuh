@@ -730,9 +730,10 @@ cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 bl
   const void* kernel = reinterpret_cast<const void*>(L.a.softcap > 0.0f ? kCapped : kPlain);
   const cudaError_t attr = raise_smem_limit(kernel, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
-  // (a cluster split's blocks, the splits of a (sequence, kv head, row tile), are consecutive along x)
-  return launch_kernel_clustered(L.a.softcap > 0.0f ? kCapped : kPlain, grid, block, smem, stream, L.a.pdl,
-                                 static_cast<unsigned>(L.cluster), L);
+  if (L.cluster > 1)  // (a cluster split's blocks, the splits of a (sequence, kv head, row tile), are consecutive along x)
+    return launch_clustered(L.a.softcap > 0.0f ? kCapped : kPlain, grid, static_cast<int>(block.x), smem,
+                            static_cast<unsigned>(L.cluster), L.a.pdl, stream, L);
+  return launch_kernel(L.a.softcap > 0.0f ? kCapped : kPlain, grid, block, smem, stream, L.a.pdl, L);
 }
 
 // The one-byte decode kernel's launch (attention_fp8.cu): D from L.a.head_dim (64 / 128), the
