@@ -37,7 +37,6 @@ struct Run {
   int keys = 0;  // PrefillWgmma: keys per tile
   int mode = -1;  // PrefillWgmma: PagedAttnArgs::prefill_mode
   bool keys_as_m = true;  // one-byte decode: PagedAttnArgs::decode_keys_as_m
-  int cluster = 0;        // 16-bit decode: PagedAttnArgs::decode_cluster (with fill_gpu)
 };
 using RunList = std::vector<Run>;  // (inside a TEST body, Run names testing::Test::Run)
 
@@ -148,10 +147,7 @@ class AttnProblem {
       a.prefill_keys = r.keys;
       a.prefill_mode = r.mode;
       a.decode_keys_as_m = r.keys_as_m;
-      a.decode_cluster = r.cluster;
-      a.fill_gpu = r.cluster > 0;
       a.wgmma = cuda::wgmma_prefill_available(0);
-      last_cluster_ = cuda::attention_decode_cluster(a);
       int sms = 0;
       EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
       const auto kind = static_cast<cuda::AttnKernel>(r.kind);
@@ -163,10 +159,6 @@ class AttnProblem {
     last_ = download_floats(out.t);
     return rel_error(last_, ref_);
   }
-
-  // The cluster of the last direct launch (cuda::attention_decode_cluster), and its output.
-  int last_cluster() const { return last_cluster_; }
-  const std::vector<float>& last() const { return last_; }
 
   // Auto kernel's output on this problem against another problem's reference.
   double error_against(const AttnProblem& other) {
@@ -234,7 +226,6 @@ class AttnProblem {
   std::vector<float> q_, k_, v_;
   std::vector<double> ref_;
   std::vector<float> last_;
-  int last_cluster_ = 1;
   DevTensor dk_, dv_, dq_;
   DevTensor dks_, dvs_;  // I8 only: per-(slot, head) scales
 };
@@ -272,36 +263,6 @@ TEST(CudaAttention, DecodeBatchSplitK) {
   AttnCase c{8, 2, 128, 16, DType::BF16, {{1, 1}, {1, 17}, {1, 300}, {1, 777}, {1, 1500}}};
   check(c, {{kAuto}, {kDecode}, {kDecode, 1}, {kDecode, 3}, {kDecode, 0, 3}, {kDecode, 5, 3}, {kSimple},
             {kPrefill}}, 1);
-}
-
-// Batch-1-style decode (few blocks, short key ranges) split over a cluster of 2 / 4 / 8 blocks a
-// (sequence, kv head) whose partials merge in distributed shared memory: against the reference and
-// against the unsplit launch of the same arguments (the same products, merged in another order:
-// P is rounded after a split's own maximum), with splits past every key (1 and 5 keys at 8
-// blocks), 2-3 new tokens a sequence, a window and soft-capping.
-void check_cluster(const AttnCase& c, uint32_t seed) {
-  AttnProblem prob(c, seed);
-  const double base_err = prob.run(Run{kDecode});
-  EXPECT_LT(base_err, tolerance(c, kDecode));
-  const std::vector<double> base(prob.last().begin(), prob.last().end());
-  for (int cl : {2, 4, 8}) {
-    Run r{kDecode};
-    r.cluster = cl;
-    const double err = prob.run(r);
-    EXPECT_EQ(prob.last_cluster(), cl) << "the cluster path did not apply";
-    EXPECT_LT(err, tolerance(c, kDecode)) << "cluster " << cl << " D " << c.head_dim;
-    EXPECT_LT(rel_error(prob.last(), base), tolerance(c, kDecode)) << "cluster " << cl << " against unsplit";
-  }
-}
-
-TEST(CudaAttention, DecodeClusterSplit) {
-  SKIP_WITHOUT_GPU();
-  if (!cuda::wgmma_prefill_available(0)) GTEST_SKIP() << "clusters: sm_90 only";
-  check_cluster({32, 8, 128, 16, DType::BF16, {{1, 200}}}, 40);
-  check_cluster({8, 2, 128, 16, DType::BF16, {{1, 1}, {1, 5}, {1, 64}, {1, 65}, {1, 130}, {1, 257}, {1, 383}, {1, 512}}},
-                41);
-  check_cluster({8, 2, 64, 7, DType::F16, {{2, 3}, {3, 100}, {1, 449}, {2, 301}}}, 42);
-  check_cluster({16, 4, 128, 16, DType::BF16, {{1, 77}, {1, 400}, {1, 511}}, 90, 30.0f}, 43);
 }
 
 TEST(CudaAttention, MixedBatchF16Dim64) {

@@ -30,9 +30,7 @@ size_t smem_bytes(int rows, int stages, int D, bool one_byte, size_t scale_bytes
 // per-(slot, head) scale, which the thread that copies a chunk also copies for itself).
 // The tile loader here is the lambdas below, not KvTileLoader: with the struct, ptxas picks
 // 168 registers and a spill for the 16-bit decode kernel (198 without), measured 1-5% slower.
-// kCluster: the decode launch split over a cluster (Launch::cluster > 1, cluster_merge_decode);
-// only those instantiations carry the merge's code.
-template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8, bool kCluster = false>
+template <typename T, int D, bool kDecode, int kWarps, int kStages, bool kSoftcap, int kFp8>
 __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launch L) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kRows = kDecode ? kDecodeRows : 16 * kWarps;
@@ -84,27 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
   pdl_enter_or_defer(early, kDecode && a.pdl_release_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   AttnSpan sp;
-  // Decode: the merge's buffers in the K/V tiles (free once no copy is in flight), after the
-  // warps' states: O [kWarps][16][D], then m and l [kWarps][16] each, then a cluster split's
-  // partial (cluster_merge_decode) lse [16] and O [16][D].
-  float* const s_o = reinterpret_cast<float*>(s_k);
-  float* const s_m = s_o + kWarps * kDecodeRows * D;
-  float* const s_l = s_m + kWarps * kDecodeRows;
-  float* const c_lse = s_l + kWarps * kDecodeRows;
-  float* const c_part = c_lse + kDecodeRows;
-  if (!attn_span<kDecode, kRows, kCluster>(L, sp)) {
-    if constexpr (kCluster) {
-      // An empty split still writes its share of the merged rows, which needs its predecessor
-      // done, and arrives at the gate like every block.
-      if (sp.empty_split) {
-        if (early) pdl_finish_deferred(a.pdl_release_early);
-        else pdl_wait();
-        hold_gate_arrive(a.hold_gate, a.hold_gate.point);
-        if (threadIdx.x < kDecodeRows) c_lse[threadIdx.x] = -INFINITY;
-        cluster_merge_decode<D>(L, sp, c_part, c_lse);
-        return;
-      }
-    }
+  if (!attn_span<kDecode, kRows>(L, sp)) {
     if (kDecode && a.hold_gate.words) {  // (every block arrives, or the gate opens only by its timeout)
       pdl_wait();
       hold_gate_arrive(a.hold_gate, a.hold_gate.point);
@@ -342,6 +320,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     // once no copy is in flight.
     cp_async_wait<0>();
     __syncthreads();
+    float* s_o = reinterpret_cast<float*>(s_k);     // [kWarps][16][D]
+    float* s_m = s_o + kWarps * kDecodeRows * D;    // [kWarps][16]
+    float* s_l = s_m + kWarps * kDecodeRows;        // [kWarps][16]
     const int ra = lane / 4;
 #pragma unroll
     for (int nt = 0; nt < kNtO; ++nt) {
@@ -353,9 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attn_mma_kernel(const Launc
     __syncthreads();
     EMBER_PROBE_MARK(2, 5, n_tiles, blockIdx.x, blockIdx.z);
     hold_gate_arrive(a.hold_gate, 3);
-    finish_decode_rows<D, kDecodeRows, kCluster>(
-        L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; }, c_part, c_lse);
-    if constexpr (kCluster) cluster_merge_decode<D>(L, sp, c_part, c_lse);
+    finish_decode_rows<D>(L, sp, s_m, s_l, [&](int w, int r, int d) { return s_o[(w * kDecodeRows + r) * D + d]; });
     EMBER_PROBE_MARK(2, 7, n_tiles, blockIdx.x, blockIdx.z);
   }
 }
@@ -398,13 +377,6 @@ cudaError_t launch_mma(const Launch& L, dim3 grid, cudaStream_t stream) {
   // INT8 scales: 2 floats per key a thread copies (kPasses = 16 * kTileKeys / (D * kWarps * 32)).
   const size_t scale_bytes = kFp8 == kKvI8 ? size_t{kTileKeys} * (D / 16) * 2 * sizeof(float) : 0;
   const size_t smem = smem_bytes(kDecode ? kDecodeRows : 16 * kWarps, kStages, D, kFp8 != kKvNative, scale_bytes);
-  if constexpr (kDecode && kFp8 == kKvNative) {
-    if (L.cluster > 1)
-      return launch_softcap_pair<paged_attn_mma_kernel<T, D, true, kWarps, kStages, false, kFp8, true>,
-                                 paged_attn_mma_kernel<T, D, true, kWarps, kStages, true, kFp8, true>>(
-          L, smem, grid, dim3(kWarps * 32), stream);
-  }
-  if (L.cluster > 1) return cudaErrorInvalidValue;
   return launch_softcap_pair<paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, false, kFp8>,
                              paged_attn_mma_kernel<T, D, kDecode, kWarps, kStages, true, kFp8>>(L, smem, grid,
                                                                                                dim3(kWarps * 32), stream);
@@ -478,28 +450,8 @@ int decode_blocks_per_sm(const PagedAttnArgs& a, int stages) {
 // second launch (batch 1, 512-key bound: 212 tok/s unsplit vs 208 with 8 splits, 199 with 2;
 // 8 x 128/256 at concurrency 8, 64 blocks, session 22 call 2: int4 1,642-1,658 output tok/s
 // split -> 1,820 unsplit, fp8 1,559-1,572 -> 1,700, the rope fused again).
-// The blocks of a (sequence, kv head) cluster (PagedAttnArgs::decode_cluster), or 1: the 16-bit
-// decode kernel where fill_gpu would run the key range unsplit (one row tile, few blocks, at most
-// kShortDecodeTiles tiles), without rope (each block would rotate q in place) or forced splits.
-int decode_cluster_of(const PagedAttnArgs& a) {
-  const int c = a.decode_cluster;
-  if (c != 2 && c != 4 && c != 8) return 1;
-  if (is_byte_kv(a.kv_type) || a.rope.active || a.splits > 0 || !a.fill_gpu || a.head_dim % c != 0) return 1;
-  const int group = a.n_heads / a.n_kv_heads;
-  const int n_tiles = (std::max(1, a.max_kv) + kTileKeys - 1) / kTileKeys;
-  const bool one_row_tile = a.max_new * group <= kDecodeRows;
-  const bool few = std::max(1, a.n_launch_seqs * a.n_kv_heads) <= kFewDecodeBlocks;
-  return one_row_tile && few && n_tiles <= kShortDecodeTiles ? c : 1;
-}
-
 void plan_decode_at(const PagedAttnArgs& a, int stages, int num_sms, int* row_tiles, int* splits,
                     int* split_len) {
-  if (const int c = decode_cluster_of(a); c > 1) {  // (each split's share is the sequence's: attn_span)
-    *row_tiles = 1;
-    *splits = c;
-    *split_len = ((std::max(1, a.max_kv) + kTileKeys - 1) / kTileKeys + c - 1) / c * kTileKeys;
-    return;
-  }
   const int group = a.n_heads / a.n_kv_heads;
   *row_tiles = std::max(1, (a.max_new * group + kDecodeRows - 1) / kDecodeRows);
   const int base = std::max(1, a.n_launch_seqs * a.n_kv_heads * *row_tiles);
@@ -621,11 +573,7 @@ bool attention_decode_takes_rope(const PagedAttnArgs& a, int num_sms) {
   if (attention_pick(a) != AttnKernel::Decode) return false;
   int row_tiles, splits, split_len, stages;
   plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
-  return row_tiles == 1 && (splits == 1 || splits == decode_cluster_of(a));
-}
-
-int attention_decode_cluster(const PagedAttnArgs& a) {
-  return attention_pick(a) == AttnKernel::Decode ? decode_cluster_of(a) : 1;
+  return row_tiles == 1 && splits == 1;
 }
 
 bool attention_decode_opens_gate(const PagedAttnArgs& a, int num_sms) {
@@ -663,7 +611,7 @@ size_t attention_workspace_bytes(const PagedAttnArgs& a, AttnKernel kind, int nu
   int row_tiles = 1, splits = 1, split_len, stages;
   if (kind == AttnKernel::PrefillWgmma && wgmma_decode_rows(a)) plan_wgmma_decode(a, num_sms, &splits, &split_len);
   else if (kind == AttnKernel::Decode) plan_decode(a, num_sms, &row_tiles, &splits, &split_len, &stages);
-  if (splits == 1 || (kind == AttnKernel::Decode && decode_cluster_of(a) > 1)) return 0;  // (merged in the cluster)
+  if (splits == 1) return 0;
   const size_t parts = static_cast<size_t>(a.n_launch_seqs) * a.n_kv_heads * row_tiles * splits;
   return parts * kDecodeRows * (static_cast<size_t>(a.head_dim) + 1) * sizeof(float);
 }
@@ -710,8 +658,6 @@ cudaError_t launch_paged_attention(const PagedAttnArgs& a, AttnKernel kind, void
   int stages;
   plan_decode(a, num_sms, &L.row_tiles, &L.splits, &L.split_len, &stages);
   if ((a.rope.active || a.early_tiles) && !attention_decode_takes_rope(a, num_sms)) return cudaErrorInvalidValue;
-  L.cluster = decode_cluster_of(a);
-  if (L.cluster > 1) return launch_mma_any(L, true, kDecodeWarps, stages, split_grid(L), stream);
   if (L.splits > 1 && !use_split_workspace(L, workspace, workspace_bytes, num_sms, kind)) return cudaErrorInvalidValue;
   const cudaError_t e = launch_mma_any(L, true, kDecodeWarps, stages, split_grid(L), stream);
   return e != cudaSuccess ? e : merge_splits(L, stream);

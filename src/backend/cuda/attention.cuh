@@ -109,11 +109,6 @@ struct PagedAttnArgs {
   // Decode, the 16-bit kernel (attention.cu): each block arrives at the start gate of the held o
   // GEMV after it (hold_gate.cuh) at hold_gate.point.
   HoldGate hold_gate;
-  // Decode, the 16-bit kernel: where fill_gpu keeps a short key range unsplit (few blocks, at
-  // most kShortDecodeTiles tiles), split it over a cluster of this many blocks (2, 4 or 8) that
-  // merge their partials through distributed shared memory instead of a second launch (0 or 1:
-  // off). Not with rope, whose blocks each rotate q in place.
-  int decode_cluster = 0;
 };
 
 // K/V cache dtypes the CUDA kv_store and attention take (FP8 without scales; I8 only with its
@@ -128,9 +123,6 @@ bool attention_wgmma_supported(DType kv_type, int head_dim);
 
 // The kernel Auto resolves to for these arguments.
 AttnKernel attention_pick(const PagedAttnArgs& a);
-// Blocks a decode launch of these arguments runs for each (sequence, kv head) as one cluster
-// (PagedAttnArgs::decode_cluster), or 1.
-int attention_decode_cluster(const PagedAttnArgs& a);
 
 // Whether a launch with these arguments can take DecodeRopeArgs: the decode kernel with one
 // block per (sequence, kv head) (one split, one row tile: nobody else reads or writes those

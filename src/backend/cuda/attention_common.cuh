@@ -8,7 +8,6 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/smem_limit.h"
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -28,7 +27,6 @@ constexpr int kDefaultPrefillWarps = 8;
 constexpr int kDefaultPrefillStages = 2;
 constexpr int kShortDecodeTiles = 8;  // fill_gpu: key ranges this short run unsplit ...
 constexpr int kFewDecodeBlocks = 64;  // ... in launches of this few (sequence, kv head) blocks
-constexpr int kMaxDecodeCluster = 8;  // PagedAttnArgs::decode_cluster: at most this many blocks
 
 struct Launch {
   PagedAttnArgs a;
@@ -38,10 +36,6 @@ struct Launch {
   int split_len = 0;    // decode: keys per split (multiple of kTileKeys)
   float* part_o = nullptr;    // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16, head_dim]
   float* part_lse = nullptr;  // [n_launch_seqs, n_kv_heads, row_tiles, splits, 16] (log2)
-  // Decode: > 1 when the splits of each (sequence, kv head, row tile) are one cluster (cluster ==
-  // splits), each split an equal share of that sequence's tiles, merged in distributed shared
-  // memory (cluster_merge_decode); part_o / part_lse are then unused.
-  int cluster = 1;
 };
 
 // 2^x by the SFU alone (relative error ~2^-22; -inf -> 0), without exp2f's extra range
@@ -230,14 +224,12 @@ struct AttnSpan {
   int pos_base;  // position of the sequence's first new token
   int kv_lo, kv_hi, t_begin, n_tiles;
   size_t part;   // decode: this block's split partial
-  bool empty_split = false;  // decode: a split past every row's keys (attn_span returned false)
 };
 
 // Fills sp for this block; false when it has nothing to do (rows past the sequence's, or a
 // decode split past every row's keys, whose empty partial it writes first). Uniform over the
 // block, so callers return before any barrier.
-// kCluster: a cluster split's launch (Launch::cluster > 1; only its kernels carry that code).
-template <bool kDecode, int kRows, bool kCluster = false>
+template <bool kDecode, int kRows>
 __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
   const PagedAttnArgs& a = L.a;
   const int zi = blockIdx.z;
@@ -271,21 +263,10 @@ __device__ __forceinline__ bool attn_span(const Launch& L, AttnSpan& sp) {
   sp.kv_hi = pos_max + 1;  // exclusive; causal: no row sees past its own position
   sp.part = ((static_cast<size_t>(zi) * a.n_kv_heads + kh) * L.row_tiles + rt) * L.splits + split;
   if constexpr (kDecode) {
-    if constexpr (kCluster) {
-      // An equal share of this sequence's own tiles (split_len is the launch's bound, under a
-      // graph a width bucket above the longest sequence).
-      const int t0 = sp.kv_lo / kTileKeys, t1 = (sp.kv_hi + kTileKeys - 1) / kTileKeys;
-      const int per = (t1 - t0 + L.cluster - 1) / L.cluster;
-      sp.kv_lo = max(sp.kv_lo, (t0 + split * per) * kTileKeys);
-      sp.kv_hi = min(sp.kv_hi, (t0 + (split + 1) * per) * kTileKeys);
-    } else {
-      sp.kv_lo = max(sp.kv_lo, split * L.split_len);
-      sp.kv_hi = min(sp.kv_hi, (split + 1) * L.split_len);
-    }
+    sp.kv_lo = max(sp.kv_lo, split * L.split_len);
+    sp.kv_hi = min(sp.kv_hi, (split + 1) * L.split_len);
     if (sp.kv_lo >= sp.kv_hi) {  // this split lies past every row's keys: an empty partial
-      if (!kCluster && L.splits > 1 && threadIdx.x < kDecodeRows)
-        L.part_lse[sp.part * kDecodeRows + threadIdx.x] = -INFINITY;
-      sp.empty_split = true;
+      if (L.splits > 1 && threadIdx.x < kDecodeRows) L.part_lse[sp.part * kDecodeRows + threadIdx.x] = -INFINITY;
       return false;
     }
   }
@@ -634,10 +615,9 @@ __device__ __forceinline__ void store_warp_state(float* s_m, float* s_l, int war
 // maximum and 4 exp2f and every padding row cost an iteration (H200, batch-1 int4: this end
 // took 3,500 cycles of the attention's ~20,000). Per element the same operations in the same
 // order as before.
-// kCluster: a cluster split's kernel, whose rows go to c_part / c_lse for cluster_merge_decode.
-template <int D, int kRows = kDecodeRows, bool kCluster = false, typename OAt>
+template <int D, int kRows = kDecodeRows, typename OAt>
 __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSpan& sp, float* s_m, float* s_l,
-                                                   OAt o_at, float* c_part = nullptr, float* c_lse = nullptr) {
+                                                   OAt o_at) {
   static_assert(kDecodeWarps >= 2 && kRows <= kDecodeWarps * 32);
   const PagedAttnArgs& a = L.a;
   const int G = L.group, kh = blockIdx.y;
@@ -668,58 +648,13 @@ __device__ __forceinline__ void finish_decode_rows(const Launch& L, const AttnSp
       for (int w = 0; w < kDecodeWarps; ++w) acc += o_at(w, r, d) * s_m[w * kRows + r];
     }
     const float val = Lsum > 0.0f ? acc / Lsum : 0.0f;
-    if constexpr (kCluster) {  // this split's partial, for cluster_merge_decode
-      c_part[r * D + d] = val;
-      if (d == 0) c_lse[r] = Lsum > 0.0f ? s_l[kRows + r] + log2f(Lsum) : -INFINITY;
-    } else if (L.splits == 1) {
+    if (L.splits == 1) {
       a.out[(static_cast<size_t>(sp.q0 + row / G) * a.n_heads + kh * G + row % G) * D + d] = val;
     } else {
       L.part_o[(sp.part * kDecodeRows + r) * D + d] = val;
       if (d == 0) L.part_lse[sp.part * kDecodeRows + r] = Lsum > 0.0f ? s_l[kRows + r] + log2f(Lsum) : -INFINITY;
     }
   }
-}
-
-// A cluster split's merge (L.cluster > 1; every block of the cluster, an empty split's too, whose
-// c_lse rows are -inf): each block's finish_decode_rows left its normalized partial O in c_part
-// [kDecodeRows][D] and its log2-sum-exp in c_lse [kDecodeRows] of its shared memory; rank q then
-// writes dims [q D / C, (q + 1) D / C) of every row, out = sum_s w_s O_s / sum_s w_s with
-// w_s = 2^(lse_s - max lse), reading the other ranks' partials through distributed shared
-// memory (attn_merge_kernel's formula, no second launch). The second cluster barrier keeps each
-// block's shared memory alive until every rank has read it.
-template <int D>
-__device__ __forceinline__ void cluster_merge_decode(const Launch& L, const AttnSpan& sp, float* c_part, float* c_lse) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  const PagedAttnArgs& a = L.a;
-  const int C = L.cluster, G = L.group, kh = sp.kh;
-  const int rank = static_cast<int>(cl.block_rank());
-  const int dims = D / C;
-  const int rows = min(kDecodeRows, sp.n_rows - sp.row0);
-  for (int i = threadIdx.x; i < rows * dims; i += blockDim.x) {
-    const int r = i / dims, d = rank * dims + i % dims;
-    float lse[kMaxDecodeCluster];
-    float M = -INFINITY;
-#pragma unroll
-    for (int q = 0; q < kMaxDecodeCluster; ++q) {
-      lse[q] = q < C ? *cl.map_shared_rank(c_lse + r, q) : -INFINITY;
-      M = fmaxf(M, lse[q]);
-    }
-    float wsum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kMaxDecodeCluster; ++q) {
-      if (lse[q] == -INFINITY) continue;  // (an empty split's partial is never read)
-      const float w = exp2f(lse[q] - M);
-      wsum += w;
-      acc += w * *cl.map_shared_rank(c_part + r * D + d, q);
-    }
-    const int row = sp.row0 + r;
-    a.out[(static_cast<size_t>(sp.q0 + row / G) * a.n_heads + kh * G + row % G) * D + d] = wsum > 0.0f ? acc / wsum : 0.0f;
-  }
-  cl.sync();
-#endif
 }
 
 // Launches the soft-capped or the plain instantiation of a kernel, as L.a asks, with smem bytes
@@ -730,9 +665,6 @@ cudaError_t launch_softcap_pair(const Launch& L, size_t smem, dim3 grid, dim3 bl
   const void* kernel = reinterpret_cast<const void*>(L.a.softcap > 0.0f ? kCapped : kPlain);
   const cudaError_t attr = raise_smem_limit(kernel, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
-  if (L.cluster > 1)  // (a cluster split's blocks, the splits of a (sequence, kv head, row tile), are consecutive along x)
-    return launch_clustered(L.a.softcap > 0.0f ? kCapped : kPlain, grid, static_cast<int>(block.x), smem,
-                            static_cast<unsigned>(L.cluster), L.a.pdl, stream, L);
   return launch_kernel(L.a.softcap > 0.0f ? kCapped : kPlain, grid, block, smem, stream, L.a.pdl, L);
 }
 

@@ -135,7 +135,6 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
     EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 3 * sizeof(uint32_t)));
   }
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
-  if (const char* v = std::getenv("EMBER_CUDA_DECODE_CLUSTER")) be->decode_cluster_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
   // (the default before session 14), 4 three consumers overlapping softmax and P V on 64-key
   // tiles (the default); both exist for every K/V type the wgmma kernels take.
@@ -1115,7 +1114,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   a.pdl = true;
   a.pdl_release_early = (pdl_early_ & 1) != 0;
   a.fill_gpu = attn_fill_;
-  a.decode_cluster = decode_cluster_;
   a.wgmma = wgmma_prefill_;
   a.decode_keys_as_m = keys_as_m_;
   a.prefill_mode = prefill_mode_;
@@ -1194,8 +1192,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   }
   // At one token (a one-row o projection) the held o GEMV after it (BF16 weights, as the q/k/v
   // GEMV before it had), or the packed one of the q/k/v GEMV's format where its kernel takes a
-  // gate, waits at the gate it opens (hold_gate.cuh): one arrival a block, the blocks of each
-  // (sequence, kv head) here (one, or a cluster's: attention_decode_cluster).
+  // gate, waits at the gate it opens (hold_gate.cuh): one arrival a block, a block per (sequence,
+  // kv head) here.
   int gate_point = 0;
   if (last_gemv_wtype_ == DType::BF16) {
     gate_point = gemv_hold_ != 0 ? hold_gate_point_ : 0;
@@ -1208,7 +1206,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   if (decode_alone && n_tokens == 1 && hold_gate_words_ && gate_point != 0 &&
       attention_decode_opens_gate(group_args(0), num_sms_)) {
     a.hold_gate = HoldGate{hold_gate_words_, gate_point};
-    hold_gate_arrivals_ = static_cast<int>(ids[0].size()) * p.n_kv_heads * attention_decode_cluster(group_args(0));
+    hold_gate_arrivals_ = static_cast<int>(ids[0].size()) * p.n_kv_heads;
   }
   for (int c = 0; c < 2; ++c) {
     if (ids[c].empty()) continue;

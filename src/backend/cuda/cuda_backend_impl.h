@@ -452,7 +452,6 @@ class CudaBackend final : public Backend, public CudaStep {
   // The weights' type of the GEMV launched last (the q/k/v before an attention; F32: none yet).
   DType last_gemv_wtype_ = DType::F32;
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
-  int decode_cluster_ = 0;  // EMBER_CUDA_DECODE_CLUSTER: PagedAttnArgs::decode_cluster (2, 4, 8; 0 off)
   int prefill_mode_ = -1;   // EMBER_CUDA_PREFILL_MODE: the wgmma prefill schedule (-1 the default) ...
   int prefill_keys_ = 0;    // ... and its keys per tile
   int gemv_variant(int n, int64_t m, int64_t k) const;  // for n rows of x, m rows of weights

@@ -1,8 +1,8 @@
 #pragma once
 // What the two packed GEMMs (qgemm.cu on mma.sync, qgemm_wg.cu on wgmma) share: their common
 // kernel arguments, the int4 weight pair as BF16 q * scale, the k slices' sums added in slice
-// order across a thread-block cluster (distributed shared memory).
-#include "backend/cuda/device_util.cuh"
+// order across a thread-block cluster (distributed shared memory), and the launch of a
+// clustered grid.
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/qgemv.cuh"
 
@@ -100,9 +100,41 @@ __device__ __forceinline__ void sum_slices_and_store(const float* red, int split
   }
 }
 
-// (clustered_config and launch_clustered live in device_util.cuh, shared with the attention.)
-using ember::cuda::clustered_config;
-using ember::cuda::launch_clustered;
+// The launch configuration of a grid in clusters of cluster_x blocks along x, with programmatic
+// stream serialization when pdl; attr is the attributes' storage (2 entries).
+inline cudaLaunchConfig_t clustered_config(dim3 grid, int threads, size_t smem, unsigned cluster_x, bool pdl,
+                                           cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  int na = 0;
+  attr[na].id = cudaLaunchAttributeClusterDimension;
+  attr[na].val.clusterDim.x = cluster_x;
+  attr[na].val.clusterDim.y = 1;
+  attr[na].val.clusterDim.z = 1;
+  ++na;
+  if (pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = static_cast<unsigned>(na);
+  return cfg;
+}
+
+// kernel<<<grid, threads, smem, stream>>>(args) with clusters of cluster_x blocks along x, a
+// programmatic dependent of the stream's previous kernel when pdl.
+template <typename Kernel, typename Args>
+cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, size_t smem, unsigned cluster_x, bool pdl,
+                             cudaStream_t stream, const Args& args) {
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = clustered_config(grid, threads, smem, cluster_x, pdl, stream, attr);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
 
 // Whether `splits` k slices of `units` units each cover units_total units, every slice non-empty.
 inline bool cut_covers(int units_total, int units, int splits) {
