@@ -1018,6 +1018,74 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
   }
 }
 
+// The stream-K gate/up + GLU (QGemvStreamK): with more tiles than blocks, not a multiple of them,
+// blocks share tiles at slice boundaries and the block that finishes a tile adds its neighbour's
+// sums. Against the double reference (x plain, 1 and 3 rows) and against the kernel without it
+// (one row with the norm folded), that the stream-K kernel ran (its scratch, NaN before, holds
+// sums after) and that every flag is back to zero.
+TEST(CudaQuant, GemvGluStreamKMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kBlocks = 2048;
+  cuda::QGemvStreamK sk;
+  sk.blocks = kBlocks;
+  ASSERT_EQ(cudaMalloc(&sk.part, size_t{kBlocks} * 256 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sk.flags, size_t{kBlocks} * sizeof(uint32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(sk.flags, 0, size_t{kBlocks} * sizeof(uint32_t)), cudaSuccess);
+  for (const char* f : {"int4", "fp8", "int8"}) {
+    const cuda::QFormat qf = qformat(f);
+    const DType xt = gemv_x(f);
+    const int64_t k = 2008, m = 9001;  // 563 tiles; int4 16 units a row (2 slices), fp8 / int8 32 (4)
+    Packed g = make_packed(f, m, k, 91), u = make_packed(f, m, k, 92);
+    const auto nws = random_floats(static_cast<size_t>(k), 93);
+    auto nw = dev_floats(nws, {k});
+    for (int n : {1, 3}) {
+      const auto xs = random_floats(static_cast<size_t>(n * k), 94 + n);
+      auto x = dev_floats(xs, {n, k});
+      const auto* xp = static_cast<const float*>(x.t.data);
+      for (bool norm : {false, true}) {
+        if (norm && n != 1) continue;
+        const std::string where = std::string(f) + " n " + std::to_string(n) + (norm ? " norm" : "");
+        const cuda::XNorm nm{nw.t.data, false, 1e-5f, nullptr};
+        auto run = [&](const cuda::QGemvStreamK* use) {
+          auto og = dev_tensor(DType::F32, {n, m}), ou = dev_tensor(DType::F32, {n, m}), oglu = dev_tensor(DType::F32, {n, m});
+          EXPECT_EQ(cudaMemset(sk.part, 0xff, size_t{kBlocks} * 256 * sizeof(float)), cudaSuccess);
+          EXPECT_EQ(cuda::launch_qgemv_glu(qf, g.t.data, u.t.data, xp, n, m, k, false, static_cast<float*>(oglu.t.data),
+                                           static_cast<float*>(og.t.data), static_cast<float*>(ou.t.data), false, nullptr,
+                                           cuda::QGemvPath::Staged, norm ? &nm : nullptr, 0, use),
+                    cudaSuccess)
+              << where;
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+          return std::array<std::vector<float>, 3>{download_floats(og.t), download_floats(ou.t), download_floats(oglu.t)};
+        };
+        const auto plain = run(nullptr);
+        const auto split = run(&sk);
+        std::vector<float> part(size_t{kBlocks} * 256);
+        std::vector<uint32_t> flags(kBlocks);
+        ASSERT_EQ(cudaMemcpy(part.data(), sk.part, part.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(flags.data(), sk.flags, flags.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_GT(std::count_if(part.begin(), part.end(), [](float v) { return std::isfinite(v); }), 0)
+            << where << ": the stream-K kernel did not run";
+        EXPECT_EQ(std::count(flags.begin(), flags.end(), 0u), kBlocks) << where << ": flags left set";
+        for (int i = 0; i < 3; ++i) {
+          std::vector<double> ref(plain[i].begin(), plain[i].end());
+          EXPECT_LE(rel(split[i], ref), 1e-5) << where << " output " << i << " against the kernel without stream-K";
+        }
+        if (!norm) {
+          const auto rg = reference(xs, g.dec, nullptr, n, m, k, true, xt);
+          const auto ru = reference(xs, u.dec, nullptr, n, m, k, true, xt);
+          std::vector<double> rglu(rg.size());
+          for (size_t i = 0; i < rg.size(); ++i) rglu[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+          EXPECT_LE(rel(split[0], rg), 1e-4) << where << " gate";
+          EXPECT_LE(rel(split[1], ru), 1e-4) << where << " up";
+          EXPECT_LE(rel(split[2], rglu), 2e-4) << where << " glu";
+        }
+      }
+    }
+  }
+  cudaFree(sk.part);
+  cudaFree(sk.flags);
+}
+
 // The one-row plain GEMV's start gate (hold_gate.cuh; the packed o projection after a decode
 // attention): where qgemv_gate_takes, the gated kernel gives the ungated result bit for bit with
 // the gate open (its last block sets the count back to zero, no block counts a timeout) and with

@@ -401,7 +401,7 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                              float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                             int cluster) {
+                             int cluster, const QGemvStreamK* sk) {
   if (m == 0) return cudaSuccess;
   if (!qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
@@ -423,7 +423,8 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/true, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
   }
-  if (use_staged(path, f, n, k, true, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
+  if (use_staged(path, f, n, k, true, norm && norm->w))
+    return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream, nullptr, nullptr, nullptr, sk);
   return launch<2>(f, A, pdl, stream);
 }
 
