@@ -177,15 +177,9 @@ struct PackedGemvData {
     for (void* p : w) CK(cudaFree(p));
     CK(cudaFree(x));
     CK(cudaFree(y));
-    if (sk.part) CK(cudaFree(sk.part));
-    if (sk.flags) CK(cudaFree(sk.flags));
+    free_qgemv_stream_k(sk);
   }
-  void use_stream_k() {
-    sk.blocks = 2048;
-    sk.part = static_cast<float*>(dmalloc(size_t{2048} * 256 * 4));
-    sk.flags = static_cast<uint32_t*>(dmalloc(size_t{2048} * 4));
-    CK(cudaMemset(sk.flags, 0, size_t{2048} * 4));
-  }
+  void use_stream_k() { CK(alloc_qgemv_stream_k(sk)); }
   int copies() const { return static_cast<int>(w.size()); }
   // Launch i: the GEMV of copy i (glu: gate copy i, up copy i + 1) at n rows.
   void launch(int i, QFormat f, int64_t m, int64_t k, int n, bool glu, QGemvPath path, cudaStream_t s) const {

@@ -1025,12 +1025,9 @@ TEST(CudaQuant, GemvKernelsSegmentsAndGlu) {
 // sums after) and that every flag is back to zero.
 TEST(CudaQuant, GemvGluStreamKMatchesReference) {
   SKIP_WITHOUT_GPU();
-  constexpr int kBlocks = 2048;
+  constexpr int kBlocks = cuda::kQGemvStreamKBlocks;
   cuda::QGemvStreamK sk;
-  sk.blocks = kBlocks;
-  ASSERT_EQ(cudaMalloc(&sk.part, size_t{kBlocks} * 256 * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&sk.flags, size_t{kBlocks} * sizeof(uint32_t)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(sk.flags, 0, size_t{kBlocks} * sizeof(uint32_t)), cudaSuccess);
+  ASSERT_EQ(cuda::alloc_qgemv_stream_k(sk), cudaSuccess);
   for (const char* f : {"int4", "fp8", "int8"}) {
     const cuda::QFormat qf = qformat(f);
     const DType xt = gemv_x(f);
@@ -1082,8 +1079,7 @@ TEST(CudaQuant, GemvGluStreamKMatchesReference) {
       }
     }
   }
-  cudaFree(sk.part);
-  cudaFree(sk.flags);
+  cuda::free_qgemv_stream_k(sk);
 }
 
 // The one-row plain GEMV's start gate (hold_gate.cuh; the packed o projection after a decode

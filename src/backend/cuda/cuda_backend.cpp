@@ -134,13 +134,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
     EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 3 * sizeof(uint32_t)));
     EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 3 * sizeof(uint32_t)));
   }
-  if (const char* v = std::getenv("EMBER_CUDA_QGEMV_SK"); v && std::string(v) == "1") {
-    constexpr int kSkBlocks = 2048;  // (more than any one-wave grid of the staged GLU: 2 blocks an SM)
-    EMBER_CUDA_TRY(cudaMalloc(&be->glu_sk_.part, size_t{kSkBlocks} * 128 * 2 * sizeof(float)));
-    EMBER_CUDA_TRY(cudaMalloc(&be->glu_sk_.flags, size_t{kSkBlocks} * sizeof(uint32_t)));
-    EMBER_CUDA_TRY(cudaMemset(be->glu_sk_.flags, 0, size_t{kSkBlocks} * sizeof(uint32_t)));
-    be->glu_sk_.blocks = kSkBlocks;
-  }
+  if (const char* v = std::getenv("EMBER_CUDA_QGEMV_SK"); v && std::string(v) == "1")
+    EMBER_CUDA_TRY(alloc_qgemv_stream_k(be->glu_sk_));
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
   // (the default before session 14), 4 three consumers overlapping softmax and P V on 64-key
@@ -219,8 +214,7 @@ CudaBackend::~CudaBackend() {
   if (nccl_comm_) nccl_comm_destroy(nccl_comm_);
   for (void* p : p2p_buffers_) cudaFree(p);
   if (hold_gate_words_) cudaFree(hold_gate_words_);
-  if (glu_sk_.part) cudaFree(glu_sk_.part);
-  if (glu_sk_.flags) cudaFree(glu_sk_.flags);
+  free_qgemv_stream_k(glu_sk_);
 }
 
 uint64_t CudaBackend::hold_gate_timeouts() {

@@ -398,6 +398,20 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   return launch<1>(f, A, pdl, stream);
 }
 
+cudaError_t alloc_qgemv_stream_k(QGemvStreamK& sk) {
+  sk.blocks = kQGemvStreamKBlocks;
+  cudaError_t e = cudaMalloc(&sk.part, size_t{kQGemvStreamKBlocks} * 128 * 2 * sizeof(float));
+  if (e == cudaSuccess) e = cudaMalloc(&sk.flags, size_t{kQGemvStreamKBlocks} * sizeof(uint32_t));
+  if (e == cudaSuccess) e = cudaMemset(sk.flags, 0, size_t{kQGemvStreamKBlocks} * sizeof(uint32_t));
+  return e;
+}
+
+void free_qgemv_stream_k(QGemvStreamK& sk) {
+  if (sk.part) cudaFree(sk.part);
+  if (sk.flags) cudaFree(sk.flags);
+  sk = QGemvStreamK{};
+}
+
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                              float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,

@@ -163,6 +163,11 @@ struct QGemvStreamK {
   uint32_t* flags = nullptr;
   int blocks = 0;
 };
+// Scratch for kQGemvStreamKBlocks blocks (more than any one-wave grid of the staged GLU) with its
+// flags zeroed; the free takes what the allocation left (either pointer may be null).
+constexpr int kQGemvStreamKBlocks = 2048;
+cudaError_t alloc_qgemv_stream_k(QGemvStreamK& sk);
+void free_qgemv_stream_k(QGemvStreamK& sk);
 
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.

@@ -1194,17 +1194,17 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
 // with the norm at once (one row). cudaErrorNotSupported where an even share of tiles a block
 // leaves nothing to balance (tiles a multiple of the grid) or the scratch is too small.
 // (Referenced here too, for the same reason.)
+template <QFormat F>
+auto sk_kernel(bool norm_one) {
+  return norm_one ? qgemv_staged_kernel<F, 2, 1, 8, false, XStage::NormOne, false, false, false, true>
+                  : qgemv_staged_kernel<F, 2, 1, 8, false, XStage::Plain, false, false, false, true>;
+}
 cudaError_t launch_sk_staged(QFormat f, const SArgsSK& A, XStage x, int scratch_blocks, bool pdl, cudaStream_t stream) {
   if (x != XStage::Plain && x != XStage::NormOne) return cudaErrorNotSupported;
   const bool one = x == XStage::NormOne;
-  using K = void (*)(SArgsSK);
-  const K kernel =
-      f == QFormat::Int4   ? (one ? qgemv_staged_kernel<QFormat::Int4, 2, 1, 8, false, XStage::NormOne, false, false, false, true>
-                                  : qgemv_staged_kernel<QFormat::Int4, 2, 1, 8, false, XStage::Plain, false, false, false, true>)
-      : f == QFormat::Int8 ? (one ? qgemv_staged_kernel<QFormat::Int8, 2, 1, 8, false, XStage::NormOne, false, false, false, true>
-                                  : qgemv_staged_kernel<QFormat::Int8, 2, 1, 8, false, XStage::Plain, false, false, false, true>)
-                           : (one ? qgemv_staged_kernel<QFormat::Fp8, 2, 1, 8, false, XStage::NormOne, false, false, false, true>
-                                  : qgemv_staged_kernel<QFormat::Fp8, 2, 1, 8, false, XStage::Plain, false, false, false, true>);
+  const auto kernel = f == QFormat::Int4   ? sk_kernel<QFormat::Int4>(one)
+                      : f == QFormat::Int8 ? sk_kernel<QFormat::Int8>(one)
+                                           : sk_kernel<QFormat::Fp8>(one);
   size_t smem = 0;
   const int grid = one_wave_grid(kernel, f, 8, A, smem);
   if (grid == 0) return cudaErrorInvalidConfiguration;
