@@ -678,7 +678,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   const int rank = kCl ? static_cast<int>(blockIdx.x) % C : 0;
   const int u_off = kCl ? rank * A.units_local : 0;
   const int n_units = kCl ? min(A.units_local, A.n_units - u_off) : A.n_units;
-  const int tile_stride = kCl ? static_cast<int>(gridDim.x) / C : static_cast<int>(gridDim.x);
+  // (stream-K: a block's tiles are consecutive)
+  const int tile_stride = kSK ? 1 : kCl ? static_cast<int>(gridDim.x) / C : static_cast<int>(gridDim.x);
   int tile = kCl ? static_cast<int>(blockIdx.x) / C : static_cast<int>(blockIdx.x);
   // Stream-K (kSK): this block takes slices [sk_lo, sk_hi) of the grid's n_tiles * spt (a slice is
   // kWarps units of a tile, so every warp keeps its units mod kWarps and the x it staged); the
