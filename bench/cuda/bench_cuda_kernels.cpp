@@ -153,7 +153,6 @@ struct PackedGemvData {
   std::vector<void*> w;
   float* x = nullptr;
   float* y = nullptr;
-  QGemvStreamK sk;  // gate/up + GLU on the stream-K kernel where part is set (use_stream_k)
   // exact_copies > 0: that many copies instead (1: every launch reads the same weights).
   PackedGemvData(QFormat f, int64_t m, int64_t k, int min_copies, cudaStream_t s, int exact_copies = 0)
       : qbytes(qweight_bytes(f, m, k)) {
@@ -177,15 +176,13 @@ struct PackedGemvData {
     for (void* p : w) CK(cudaFree(p));
     CK(cudaFree(x));
     CK(cudaFree(y));
-    free_qgemv_stream_k(sk);
   }
-  void use_stream_k() { CK(alloc_qgemv_stream_k(sk)); }
   int copies() const { return static_cast<int>(w.size()); }
   // Launch i: the GEMV of copy i (glu: gate copy i, up copy i + 1) at n rows.
   void launch(int i, QFormat f, int64_t m, int64_t k, int n, bool glu, QGemvPath path, cudaStream_t s) const {
     if (glu) {
       CK(launch_qgemv_glu(f, w[i % copies()], w[(i + 1) % copies()], x, n, m, k, false, y, nullptr, nullptr, true, s,
-                          path, nullptr, 0, sk.part ? &sk : nullptr));
+                          path));
       return;
     }
     QGemvSeg seg;
@@ -970,13 +967,9 @@ void profile_qgemv_sweep(cudaStream_t s, int argc, char** argv) {
   // L2 time the kernel's own rate rather than DRAM's.
   const char* copies_env = std::getenv("EMBER_BENCH_QGEMV_COPIES");
   const int exact_copies = copies_env ? std::max(1, std::atoi(copies_env)) : 0;
-  // EMBER_BENCH_QGEMV_SK=1: gate/up + GLU on the stream-K kernel (EMBER_CUDA_QGEMV_SK's).
-  const char* sk_env = std::getenv("EMBER_BENCH_QGEMV_SK");
-  const bool stream_k = sk_env && std::string(sk_env) == "1";
   for (int a = 6; a < argc; ++a) {
     const int64_t m = std::atoll(argv[a]);
-    PackedGemvData data(f, m, k, 2, s, exact_copies);
-    if (stream_k) data.use_stream_k();
+    const PackedGemvData data(f, m, k, 2, s, exact_copies);
     const int per_graph = std::max(data.copies() * 4, 16);
     const double ms = time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, m, k, n, glu, QGemvPath::Auto, s); });
     const double bytes = (glu ? 2.0 : 1.0) * static_cast<double>(data.qbytes);

@@ -134,8 +134,6 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
     EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 3 * sizeof(uint32_t)));
     EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 3 * sizeof(uint32_t)));
   }
-  if (const char* v = std::getenv("EMBER_CUDA_QGEMV_SK"); v && std::string(v) == "1")
-    EMBER_CUDA_TRY(alloc_qgemv_stream_k(be->glu_sk_));
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
   // (the default before session 14), 4 three consumers overlapping softmax and P V on 64-key
@@ -214,7 +212,6 @@ CudaBackend::~CudaBackend() {
   if (nccl_comm_) nccl_comm_destroy(nccl_comm_);
   for (void* p : p2p_buffers_) cudaFree(p);
   if (hold_gate_words_) cudaFree(hold_gate_words_);
-  free_qgemv_stream_k(glu_sk_);
 }
 
 uint64_t CudaBackend::hold_gate_timeouts() {
@@ -1236,7 +1233,7 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, bool gelu_tanh, Tens
     pg_.count = 0;
     EMBER_CUDA_CHECK(launch_qgemv_glu(qformat_of(pg_.wtype), g.w, u.w, pg_.input(), pg_.n, g.m, pg_.k, gelu_tanh,
                                       out.as<float>(), g.out, u.out, /*pdl=*/true, stream_, QGemvPath::Auto,
-                                      &pg_.norm, 0, glu_sk_.part ? &glu_sk_ : nullptr));
+                                      &pg_.norm));
     return;
   }
   int variant = gemv_variant(pg_.n, g.m, pg_.k);

@@ -449,9 +449,6 @@ class CudaBackend final : public Backend, public CudaStep {
   uint32_t* hold_gate_words_ = nullptr;  // device [3] (HoldGate::words), null when off
   int hold_gate_arrivals_ = 0;
   uint64_t hold_gate_launches_ = 0;
-  // EMBER_CUDA_QGEMV_SK=1: the packed gate/up + GLU on the stream-K kernel (off: part null). Its
-  // scratch serves the GLUs of stream_ only (they never run on the side streams).
-  QGemvStreamK glu_sk_;
   // The weights' type of the GEMV launched last (the q/k/v before an attention; F32: none yet).
   DType last_gemv_wtype_ = DType::F32;
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning

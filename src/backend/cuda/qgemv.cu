@@ -398,24 +398,10 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
   return launch<1>(f, A, pdl, stream);
 }
 
-cudaError_t alloc_qgemv_stream_k(QGemvStreamK& sk) {
-  sk.blocks = kQGemvStreamKBlocks;
-  cudaError_t e = cudaMalloc(&sk.part, size_t{kQGemvStreamKBlocks} * 128 * 2 * sizeof(float));
-  if (e == cudaSuccess) e = cudaMalloc(&sk.flags, size_t{kQGemvStreamKBlocks} * sizeof(uint32_t));
-  if (e == cudaSuccess) e = cudaMemset(sk.flags, 0, size_t{kQGemvStreamKBlocks} * sizeof(uint32_t));
-  return e;
-}
-
-void free_qgemv_stream_k(QGemvStreamK& sk) {
-  if (sk.part) cudaFree(sk.part);
-  if (sk.flags) cudaFree(sk.flags);
-  sk = QGemvStreamK{};
-}
-
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                              float* up_out, bool pdl, cudaStream_t stream, QGemvPath path, const XNorm* norm,
-                             int cluster, const QGemvStreamK* sk) {
+                             int cluster) {
   if (m == 0) return cudaSuccess;
   if (!qgemv_supported(n, k, x)) return cudaErrorInvalidValue;
   if (norm && norm->w && !qgemv_takes_norm(f, n, k, x, norm, path)) return cudaErrorInvalidValue;
@@ -437,8 +423,7 @@ cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, co
     const cudaError_t e = launch_qgemv_fp8_wg(A, /*glu=*/true, pdl, stream);
     if (e != cudaErrorNotSupported || path == QGemvPath::Fp8Wg) return e;  // (Auto: too large for it)
   }
-  if (use_staged(path, f, n, k, true, norm && norm->w))
-    return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream, nullptr, nullptr, nullptr, sk);
+  if (use_staged(path, f, n, k, true, norm && norm->w)) return launch_qgemv_staged(f, A, /*glu=*/true, pdl, stream);
   return launch<2>(f, A, pdl, stream);
 }
 

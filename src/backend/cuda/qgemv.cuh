@@ -155,27 +155,12 @@ cudaError_t launch_qgemv_multi(QFormat f, const QGemvSeg* segs, int n_segs, cons
 // of n rows of x and m rows of weights in all (norm: folded): the staged kernel's one-row plain
 // GEMV where an o projection runs (qgemv_staged_gate_path).
 bool qgemv_gate_takes(QFormat f, int n, int64_t m, int64_t k, bool norm);
-// Scratch of the stream-K gate/up + GLU (EMBER_CUDA_QGEMV_SK): `blocks` x 128 x 2 floats of
-// partial sums and `blocks` flags, zeroed once (each launch leaves them zero). One launch at a
-// time may use it: launches on concurrent streams need their own.
-struct QGemvStreamK {
-  float* part = nullptr;
-  uint32_t* flags = nullptr;
-  int blocks = 0;
-};
-// Scratch for kQGemvStreamKBlocks blocks (more than any one-wave grid of the staged GLU) with its
-// flags zeroed; the free takes what the allocation left (either pointer may be null).
-constexpr int kQGemvStreamKBlocks = 2048;
-cudaError_t alloc_qgemv_stream_k(QGemvStreamK& sk);
-void free_qgemv_stream_k(QGemvStreamK& sk);
-
 // out = act(x @ w_gate^T) * (x @ w_up^T) (SiLU or GeLU-tanh) in one launch; gate_out / up_out
 // (may be null) also get the plain products; out may equal gate_out.
 cudaError_t launch_qgemv_glu(QFormat f, const void* w_gate, const void* w_up, const float* x, int n,
                              int64_t m, int64_t k, bool gelu_tanh, float* out, float* gate_out,
                              float* up_out, bool pdl, cudaStream_t stream, QGemvPath path = QGemvPath::Auto,
-                             const XNorm* norm = nullptr, int cluster = 0, const QGemvStreamK* sk = nullptr);
-// (sk: launch_qgemv_staged's.)
+                             const XNorm* norm = nullptr, int cluster = 0);
 
 // (cluster: QGemvProblem::cluster.)
 // One GEMV launch as the two launchers above set it up for either kernel (kernel argument).
@@ -222,11 +207,9 @@ bool qgemv_staged_cluster_fits(QFormat f, bool glu, int n, int64_t k, int cluste
 // (Not a QGemvProblem field: every staged kernel's launch arguments would grow by it.)
 // prefetch (null or n 0: none): as launch_qgemv_multi's, on a kernel of its own (the same reason).
 // gate (null: none): likewise (qgemv_staged_gate_path), where no prefetch is taken.
-// sk (null: none): gate/up + GLU on the stream-K kernel where its tiles do not divide evenly
-// among the grid's blocks (one unit a wait, no cluster; x plain or one row with the norm).
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
                                 const GemvRope* rope = nullptr, const L2Prefetch* prefetch = nullptr,
-                                const HoldGateUse* gate = nullptr, const QGemvStreamK* sk = nullptr);
+                                const HoldGateUse* gate = nullptr);
 // Whether launch_qgemv_staged runs a plain (no GLU) GEMV of n rows with the norm folded (norm)
 // on the kernel that has the rope epilogue (one row, the 4-unit ring, the norm staged at once).
 bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm);

@@ -110,17 +110,9 @@ struct SArgsGate : SArgs {
   uint32_t* gate;
   int gate_arrivals;
 };
-// Likewise the gate/up + GLU kernels that split the grid's work evenly by slices of kWarps units
-// (kSK, stream-K; EMBER_CUDA_QGEMV_SK): a tile shared by blocks b and b + 1 is finished by b, which
-// adds b + 1's sums of it (sk_part, written first thing by b + 1, announced by sk_flags[b]).
-struct SArgsSK : SArgs {
-  float* sk_part;      // [blocks][128][S]
-  uint32_t* sk_flags;  // [blocks]: 1 once block b + 1's sums of the shared tile are in sk_part[b]; b clears it
-};
-template <bool kRope, bool kNext = false, bool kGate = false, bool kSK = false>
-using KernelArgs = std::conditional_t<
-    kRope, SArgsRope,
-    std::conditional_t<kNext, SArgsNext, std::conditional_t<kGate, SArgsGate, std::conditional_t<kSK, SArgsSK, SArgs>>>>;
+template <bool kRope, bool kNext = false, bool kGate = false>
+using KernelArgs = std::conditional_t<kRope, SArgsRope,
+                                      std::conditional_t<kNext, SArgsNext, std::conditional_t<kGate, SArgsGate, SArgs>>>;
 
 // How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
 // Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
@@ -645,23 +637,12 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // kNext: the L2 prefetch of the next GEMV's weights (L2Prefetch; plain GEMVs, no cluster).
 // kGate: the ring's first copies wait at a decode attention's start gate (SArgsGate; plain
 // GEMVs, no cluster).
-// The block's sum over its warps of stream s's accumulator v of lane l (the tile reduction's
-// buffer red[buf]: [kWarps][32][S]).
-template <int S>
-__device__ __forceinline__ float warps_sum(const float4 (&red)[kWarps][32][S], int l, int s, int v) {
-  float z = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) z += (&red[w][l][s].x)[v];
-  return z;
-}
-
 template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false,
-          bool kGate = false, bool kSK = false>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext, kGate, kSK> A) {
+          bool kGate = false>
+__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext, kGate> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
   static_assert(!kNext || (S == 1 && !kCl && !kRope), "the prefetch: plain GEMVs without the cluster split");
   static_assert(!kGate || (S == 1 && !kCl && !kRope && !kNext), "the gate: plain GEMVs without the cluster split");
-  static_assert(!kSK || (S == 2 && !kCl && !kRope && !kNext && !kGate), "stream-K: gate/up + GLU without a cluster");
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
@@ -678,32 +659,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   const int rank = kCl ? static_cast<int>(blockIdx.x) % C : 0;
   const int u_off = kCl ? rank * A.units_local : 0;
   const int n_units = kCl ? min(A.units_local, A.n_units - u_off) : A.n_units;
-  // (stream-K: a block's tiles are consecutive)
-  const int tile_stride = kSK ? 1 : kCl ? static_cast<int>(gridDim.x) / C : static_cast<int>(gridDim.x);
+  const int tile_stride = kCl ? static_cast<int>(gridDim.x) / C : static_cast<int>(gridDim.x);
   int tile = kCl ? static_cast<int>(blockIdx.x) / C : static_cast<int>(blockIdx.x);
-  // Stream-K (kSK): this block takes slices [sk_lo, sk_hi) of the grid's n_tiles * spt (a slice is
-  // kWarps units of a tile, so every warp keeps its units mod kWarps and the x it staged); the
-  // launch has at most n_tiles blocks, so a tile is shared by at most two blocks.
-  const int spt = (A.n_units + kWarps - 1) / kWarps;
-  int64_t sk_lo = 0, sk_hi = 0;
-  if constexpr (kSK) {
-    const int64_t total = static_cast<int64_t>(n_tiles) * spt;
-    sk_lo = total * blockIdx.x / gridDim.x;
-    sk_hi = total * (blockIdx.x + 1) / gridDim.x;
-    tile = static_cast<int>(sk_lo / spt);
-  }
-  const int tile_end = kSK ? static_cast<int>((sk_hi + spt - 1) / spt) : n_tiles;
-  // The units [first_unit, first_unit + unit_count) of a tile that this block multiplies.
-  auto first_unit = [&](int tl) {
-    return kSK ? static_cast<int>(max(sk_lo - static_cast<int64_t>(tl) * spt, int64_t{0})) * kWarps : u_off;
-  };
-  auto unit_count = [&](int tl) {
-    if constexpr (kSK) {
-      const int ub = static_cast<int>(min(sk_hi - static_cast<int64_t>(tl) * spt, static_cast<int64_t>(spt))) * kWarps;
-      return min(ub, A.n_units) - first_unit(tl);
-    }
-    return n_units;
-  };
   // This warp's ring: slot p at ring + p * kSlot (kStages * S = R units a warp).
   constexpr int kSlot = slot_bytes<F, S>();
   const uint32_t ring = smem_addr(smem_all) + warp * (kStages * kSlot) + lane * 16;
@@ -726,12 +683,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   if constexpr (X == XStage::NormOne) load_norm_one<F>(A, norm_w);
 
   TilePtrs<S> lp;
-  tile_ptrs<S, kRope>(A, tile, g, t, warp, first_unit(tile), lp);
+  tile_ptrs<S, kRope>(A, tile, g, t, warp, u_off, lp);
   if constexpr (kGate) hold_gate_pass(A.gate, A.gate_arrivals);
-  const int n_first = unit_count(tile);
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
-    if (warp + kWarps * p < n_first) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
+    if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
     cp_commit();
   }
   // The zero block for every warp, before the wait (so its barrier costs nothing).
@@ -770,11 +726,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   float* csum = reinterpret_cast<float*>(smem + A.n * A.x_stride + kZeroBytes +
                                          (F == QFormat::Int4 ? A.units_local * 8 * 4 : 0));
   int buf = 0;
-  for (; tile < tile_end; tile += tile_stride) {
-    // This tile's units (relative to ua; x is indexed from ux), the next one's, and its chunks.
-    const int ua = first_unit(tile), n_cur = unit_count(tile), n_nxt = unit_count(tile + tile_stride);
-    const int ux = kSK ? ua : 0;
-    const int chunks = kSK ? (n_cur + kWarps * kStages - 1) / (kWarps * kStages) : n_chunks;
+  for (; tile < n_tiles; tile += tile_stride) {
     // The block that finishes this tile: every block alone, or one rank of the cluster by turns.
     const bool owner = !kCl || tile % C == rank;
     // The epilogue's global reads (fp8 / int8 row scales, bias, the accumulated output), issued
@@ -815,30 +767,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
     for (int s = 0; s < S; ++s)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const bool last = c + 1 == chunks;
+    for (int c = 0; c < n_chunks; ++c) {
+      const bool last = c + 1 == n_chunks;
       const int ntile = last ? tile + tile_stride : tile;
       const int nc = last ? 0 : c + 1;
-      const int n_ld = last ? n_nxt : n_cur;
-      if (last && ntile < tile_end) tile_ptrs<S, kRope>(A, ntile, g, t, warp, first_unit(ntile), lp);
+      if (last && ntile < n_tiles) tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
       if constexpr (kNext) {  // (the block's last chunk: every copy of its own issued)
         if (A.next.when == 0 && last && ntile >= n_tiles && threadIdx.x == 0)
           l2_prefetch_slice(A.next, blockIdx.x);
       }
       // Units of slot p: warp + kWarps * (c * kStages + p) now, the same p of chunk nc next.
       const int u0 = warp + kWarps * c * kStages;
-      const uint8_t* xb_c = xb_base + (ux + u0) * xb_step;
-      const float* xs_c = xsum + (ux + u0) * 8 + 2 * t;
+      const uint8_t* xb_c = xb_base + u0 * xb_step;
+      const float* xs_c = xsum + u0 * 8 + 2 * t;
       // P units per wait, branch-free inside (a unit past n_units reads the zero block as x: adds
       // 0), so the compiler can interleave their dequantization and mma chains.
 #pragma unroll
       for (int p = 0; p < kStages; p += P) {
         cp_wait<kStages - P>();  // this lane's copies of slots p..p+P-1 (the oldest groups) have landed
         if constexpr (F == QFormat::Int4) __syncwarp();  // and so have lanes 0 and 1's scales
-        if (u0 + kWarps * p < n_cur) {
+        if (u0 + kWarps * p < n_units) {
 #pragma unroll
           for (int q = 0; q < P; ++q) {
-            const bool ok = u0 + kWarps * (p + q) < n_cur;
+            const bool ok = u0 + kWarps * (p + q) < n_units;
             compute_unit<F, S>(ring_ptr + (p + q) * kSlot, scale_ptr + (p + q) * kSlot,
                                ok ? xb_c + (p + q) * kWarps * xb_step : zero_xb,
                                ok ? xs_c + (p + q) * kWarps * 8 : zero_xs, acc);
@@ -848,7 +799,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
 #pragma unroll
         for (int q = 0; q < P; ++q) {
           const int nj = kWarps * (nc * kStages + p + q);
-          if (ntile < tile_end && warp + nj < n_ld) load_stage<F, S>(ring + (p + q) * kSlot, copies_scales, lp, nj);
+          if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + (p + q) * kSlot, copies_scales, lp, nj);
           cp_commit();
         }
       }
@@ -858,41 +809,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
     for (int s = 0; s < S; ++s) red[buf][warp][lane][s] = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
     __syncthreads();
     EMBER_PROBE_MARK(1, 5, tile, A.n_tiles * 16, A.k);
-    [[maybe_unused]] bool sk_more = false;  // kSK: block b + 1 has the rest of this tile (its sums are added below)
-    if constexpr (kSK) {
-      if (ua > 0) {  // the rest of block b - 1's last tile: its sums to sk_part[b - 1], then the flag
-        if (threadIdx.x < 128) {
-          const int l = threadIdx.x / 4, v = threadIdx.x % 4;
-#pragma unroll
-          for (int s = 0; s < S; ++s)
-            __stcg(A.sk_part + (static_cast<size_t>(blockIdx.x - 1) * 128 + threadIdx.x) * S + s, warps_sum(red[buf], l, s, v));
-        }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-          asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(A.sk_flags + blockIdx.x - 1), "r"(1u) : "memory");
-        buf ^= 1;
-        continue;
-      }
-      sk_more = ua + n_cur < A.n_units;
-      if (sk_more) {  // (block b + 1 wrote them first thing: rarely still waiting here)
-        if (threadIdx.x == 0) {
-          uint32_t ready = 0;
-          for (;;) {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(ready) : "l"(A.sk_flags + blockIdx.x) : "memory");
-            if (ready != 0) break;
-            __nanosleep(32);
-          }
-          A.sk_flags[blockIdx.x] = 0;  // (the next launch sets it after this one has ended)
-        }
-        __syncthreads();
-      }
-    }
     if constexpr (kRope) {
       if (threadIdx.x < 128) {  // (whole warps: the pair's value comes by a shuffle)
         const int l = threadIdx.x / 4, v = threadIdx.x % 4;
         const TileOut t = tile_out<kGlu, true>(A, tile, red_row, red_col);
-        float z = warps_sum(red[buf], l, 0, v);
+        float z = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][0].x)[v];
         if constexpr (F != QFormat::Int4) z *= row_scale[0] * SFmt<F>::kSumScale;
         const float y = z + bias_v;
         const float other = __shfl_xor_sync(0xffffffffu, y, 2);
@@ -906,10 +829,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
           float sum[S];
 #pragma unroll
           for (int s = 0; s < S; ++s) {
-            float z = warps_sum(red[buf], l, s, v);
-            if constexpr (kSK) {
-              if (sk_more) z += __ldcg(A.sk_part + (static_cast<size_t>(blockIdx.x) * 128 + threadIdx.x) * S + s);
-            }
+            float z = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
             if constexpr (F != QFormat::Int4) z *= row_scale[s] * SFmt<F>::kSumScale;
             sum[s] = z;
           }
@@ -930,7 +852,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
         const int l = threadIdx.x / 4, v = threadIdx.x % 4;
 #pragma unroll
         for (int s = 0; s < S; ++s) {
-          mine[s] = warps_sum(red[buf], l, s, v);
+          float z = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
+          mine[s] = z;
         }
       }
       cluster.sync();
@@ -1191,28 +1116,6 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
 
-// The stream-K gate/up + GLU kernels (kSK): the 8-unit ring, one unit a wait, x staged plainly or
-// with the norm at once (one row). cudaErrorNotSupported where an even share of tiles a block
-// leaves nothing to balance (tiles a multiple of the grid) or the scratch is too small.
-// (Referenced here too, for the same reason.)
-template <QFormat F>
-auto sk_kernel(bool norm_one) {
-  return norm_one ? qgemv_staged_kernel<F, 2, 1, 8, false, XStage::NormOne, false, false, false, true>
-                  : qgemv_staged_kernel<F, 2, 1, 8, false, XStage::Plain, false, false, false, true>;
-}
-cudaError_t launch_sk_staged(QFormat f, const SArgsSK& A, XStage x, int scratch_blocks, bool pdl, cudaStream_t stream) {
-  if (x != XStage::Plain && x != XStage::NormOne) return cudaErrorNotSupported;
-  const bool one = x == XStage::NormOne;
-  const auto kernel = f == QFormat::Int4   ? sk_kernel<QFormat::Int4>(one)
-                      : f == QFormat::Int8 ? sk_kernel<QFormat::Int8>(one)
-                                           : sk_kernel<QFormat::Fp8>(one);
-  size_t smem = 0;
-  const int grid = one_wave_grid(kernel, f, 8, A, smem);
-  if (grid == 0) return cudaErrorInvalidConfiguration;
-  if (grid >= A.n_tiles || A.n_tiles % grid == 0 || grid > scratch_blocks) return cudaErrorNotSupported;
-  return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
-}
-
 // The rope epilogue's kernels (kRope): one row, the 4-unit ring, one unit a wait, the norm staged
 // at once (qgemv_staged_rope_path). (Referenced here, before launch_s instantiates the others, so
 // that their code lands after those kernels' in the module and moves none of them: see
@@ -1243,8 +1146,7 @@ bool qgemv_staged_gate_path(QFormat f, int n, int64_t k, bool norm) {
 }
 
 cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool pdl, cudaStream_t stream,
-                                const GemvRope* rope_args, const L2Prefetch* prefetch, const HoldGateUse* gate,
-                                const QGemvStreamK* sk) {
+                                const GemvRope* rope_args, const L2Prefetch* prefetch, const HoldGateUse* gate) {
   const StagedChoice c = choose_staged(f, glu, p.norm.w != nullptr, p.n, p.k, p.cluster);
   if (c.plan.ring == 0) return cudaErrorInvalidValue;
   const bool rope = rope_args && rope_args->head_dim > 0;
@@ -1281,14 +1183,6 @@ cudaError_t launch_qgemv_staged(QFormat f, const QGemvProblem& p, bool glu, bool
     G.gate = gate->words;
     G.gate_arrivals = gate->arrivals;
     return launch_gate_staged(f, G, pdl, stream);
-  }
-  if (glu && sk && sk->part && p.cluster <= 1 && plan.cluster == 1 && plan.ring == 8 && !two_units_a_wait(2)) {
-    SArgsSK K;
-    static_cast<SArgs&>(K) = A;
-    K.sk_part = sk->part;
-    K.sk_flags = sk->flags;
-    const cudaError_t e = launch_sk_staged(f, K, x, sk->blocks, pdl, stream);
-    if (e != cudaErrorNotSupported) return e;
   }
   if (glu) return launch_s<2, 8>(f, A, x, pdl, stream);
   return ring == 4 ? launch_s<1, 4>(f, A, x, pdl, stream, /*one_unit_a_wait=*/one_row_r4)
