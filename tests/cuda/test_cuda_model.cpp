@@ -1094,7 +1094,7 @@ void expect_same_logits(const std::vector<std::vector<float>>& got, const std::v
 // prompt and ten graph-captured decode steps give the same logits bit for bit with it (by default,
 // at each of its points, and with every GEMV prefetching its successor, =2; the large checkpoint
 // by default and with =1 and =2) as with it off (=0), and it ran wherever the mode (by default
-// l2_prefetch_default_mode: on an H100 BF16 =2 and int4 =1, otherwise off) asks for it and the
+// l2_prefetch_default_mode: on an H100 BF16 =2, otherwise off) asks for it and the
 // one-row down projection takes the prefetching kernel (BF16 where the hold does not apply to it,
 // fp8 and int8 on the fixtures; int4 where d_ff > 4096: the 8B checkpoint of
 // EMBER_CUDA_TEST_MODEL).

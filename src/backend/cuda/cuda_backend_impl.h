@@ -490,7 +490,7 @@ class CudaBackend final : public Backend, public CudaStep {
   // batch-1 step's down projection) prefetches the q/k/v GEMV (three matrices) that followed it
   // last; mode 2: whatever GEMV followed it. The cap: at most that many bytes of the next weights,
   // each matrix cut in proportion (0: all). By default the mode is the GPU's and format's
-  // (l2_prefetch_default_mode: BF16 2 and int4 1 on an H100, off elsewhere).
+  // (l2_prefetch_default_mode: BF16 2 on an H100, off elsewhere).
   // EMBER_CUDA_NEXT_L2=0/1/2 sets the mode for every format, EMBER_CUDA_NEXT_L2_KB the cap in KiB,
   // EMBER_CUDA_NEXT_L2_WHEN L2Prefetch::when (default 0).
   int next_l2_ = -1;  // -1: by GPU and format (l2_prefetch_default_mode)

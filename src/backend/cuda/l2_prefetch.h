@@ -47,19 +47,22 @@ inline L2Prefetch l2_prefetch_plan(L2Prefetch p, uint32_t n_slices) {
 }
 
 // Whether the prefetch pays by default on the GPU named gpu_name (cudaDeviceProp::name): on an
-// H100 only (docs/CUDA_NOTES.md "Session 41": bf16 =2 +0.7%, int4 =1 +0.3%); on an H200 it loses
-// (session 42: bf16 243.1 against 243.9 tok/s, int4 564.4 against 566.0, and no cap from 1 to
-// 16 MiB gains), so every other GPU runs without it.
+// H100 only (docs/CUDA_NOTES.md "Session 41": bf16 =2 +0.7%, and again in session 54); on an H200
+// it loses (session 42: bf16 243.1 against 243.9 tok/s, int4 564.4 against 566.0, and no cap from
+// 1 to 16 MiB gains), so every other GPU runs without it.
 inline bool l2_prefetch_pays_on(std::string_view gpu_name) {
   return gpu_name.find("H100") != std::string_view::npos;
 }
 
 // The mode a GEMV of weights wtype gets by default where the prefetch pays (l2_prefetch_pays_on):
 // 0 off, 1 the batch-1 down GEMV prefetches the q/k/v GEMV after it, 2 every GEMV its successor,
-// capped at 4 MiB (CudaBackend::next_l2_cap_). fp8 and int8 lose at every cap (session 41).
+// capped at 4 MiB (CudaBackend::next_l2_cap_). fp8 and int8 lose at every cap (session 41); int4
+// at 1 gained 0.3% in session 41 but lost 0.3% in two calls of session 54 (H100s, after the packed
+// o GEMV's start gate and the zero-copy steps: 515.26 -> 517.05 and 514.20 -> 515.77 tok/s
+// with it off), so the packed formats run without it.
 inline int l2_prefetch_default_mode(bool pays, DType wtype) {
   if (!pays) return 0;
-  return wtype == DType::BF16 ? 2 : wtype == DType::Q4_0 ? 1 : 0;
+  return wtype == DType::BF16 ? 2 : 0;
 }
 
 }  // namespace ember::cuda
