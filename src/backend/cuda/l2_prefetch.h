@@ -57,9 +57,9 @@ inline bool l2_prefetch_pays_on(std::string_view gpu_name) {
 // The mode a GEMV of weights wtype gets by default where the prefetch pays (l2_prefetch_pays_on):
 // 0 off, 1 the batch-1 down GEMV prefetches the q/k/v GEMV after it, 2 every GEMV its successor,
 // capped at 4 MiB (CudaBackend::next_l2_cap_). fp8 and int8 lose at every cap (session 41); int4
-// at 1 gained 0.3% in session 41 but lost 0.3% in two calls of session 54 (H100s, after the packed
-// o GEMV's start gate and the zero-copy steps: 515.26 -> 517.05 and 514.20 -> 515.77 tok/s
-// with it off), so the packed formats run without it.
+// at 1 gained 0.3% in session 41 but lost 0.3-0.5% in three calls of session 54 on H100s (since
+// then the packed o GEMV waits at the attention's start gate and steps copy nothing between
+// them), so the packed formats run without it.
 inline int l2_prefetch_default_mode(bool pays, DType wtype) {
   if (!pays) return 0;
   return wtype == DType::BF16 ? 2 : 0;
