@@ -24,8 +24,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include "backend/cuda/wgmma.cuh"  // (mbar_init, mbar_wait)
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -72,6 +70,19 @@ __device__ __forceinline__ uint64_t evict_first() {
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src, uint64_t pol) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(pol) : "memory");
 }
+__device__ __forceinline__ void mbar_init(uint32_t b) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
+}
+__device__ __forceinline__ void mbar_wait(uint32_t b, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(b), "r"(parity)
+        : "memory");
+  } while (!done);
+}
 __device__ __forceinline__ uint32_t ld_cg(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -114,7 +125,7 @@ __global__ void __launch_bounds__((kLoaders + 1) * 32, 1) latency_kernel(const _
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(&bars[warp][0]));
   const uint64_t pol = evict_first();
   if (A.mode != kCpAsync && lane == 0) {
-    for (int s = 0; s < kRing; ++s) ember::cuda::wg::mbar_init(bar0 + 8 * s, 1);
+    for (int s = 0; s < kRing; ++s) mbar_init(bar0 + 8 * s);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncwarp();
@@ -159,7 +170,7 @@ __global__ void __launch_bounds__((kLoaders + 1) * 32, 1) latency_kernel(const _
     if (A.mode == kCpAsync) {
       asm volatile("cp.async.wait_group %0;" ::"n"(kRing - 1) : "memory");
     } else {
-      ember::cuda::wg::mbar_wait(bar0 + 8 * slot, static_cast<uint32_t>((i / kRing) & 1));
+      mbar_wait(bar0 + 8 * slot, static_cast<uint32_t>((i / kRing) & 1));
     }
     acc ^= *reinterpret_cast<const uint32_t*>(smem + warp * kRing * 1024 + slot * 1024 + lane * 16);
     __syncwarp();  // every lane has read the slot before it is refilled
