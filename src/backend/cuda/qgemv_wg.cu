@@ -29,11 +29,10 @@
 #include "backend/cuda/norm_stage.cuh"
 #include "backend/cuda/qgemm_common.cuh"
 #include "backend/cuda/smem_limit.h"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/wgmma.cuh"
 
 #include <cooperative_groups.h>
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -334,56 +333,27 @@ __global__ void __launch_bounds__(kThreads, 1) qgemv_fp8_wg_kernel(const __grid_
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime (no link against the driver library).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 // The tensor map of a packed FP8 matrix [m, k_pad] (boxes of 64 rows x 128 bytes, 128-byte
 // swizzle; boxes past the matrix read zeros): kpi 1, 2-D; kpi > 1 (k_pad % 128 == 0), 3-D as
 // [k_pad / 128 blocks][m rows][128 bytes] with boxes of kpi blocks. Cached by address: a decode
 // step launches the same few hundred matrices every step.
 bool weight_map(CUtensorMap* map, const void* w, int64_t m, int64_t k_pad, int kpi) {
-  struct Entry {
-    const void* w;
-    int64_t m, k_pad;
-    int kpi;
-    CUtensorMap map;
-  };
-  static std::mutex mu;
-  static Entry cache[1024];
-  const size_t slot = (reinterpret_cast<uintptr_t>(w) >> 8) % 1024;
-  std::lock_guard<std::mutex> lock(mu);
-  Entry& e = cache[slot];
-  if (e.w == w && e.m == m && e.k_pad == k_pad && e.kpi == kpi) {
-    *map = e.map;
-    return true;
-  }
-  const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_tiled();
-  if (fn == nullptr) return false;
-  const bool three = kpi > 1;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(three ? kKBlock : k_pad), static_cast<cuuint64_t>(m),
-                              static_cast<cuuint64_t>(k_pad / kKBlock)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k_pad), kKBlock};
-  const cuuint32_t box[3] = {kKBlock, kRows, static_cast<cuuint32_t>(kpi)}, elem[3] = {1, 1, 1};
-  static const int promo = qgemm_detail::env_int("EMBER_CUDA_FP8_WG_PROMO", 2);
-  const CUtensorMapL2promotion l2 = promo == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-                                    : promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                                 : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  if (fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, three ? 3 : 2, const_cast<void*>(w), dims, strides, box, elem,
-         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, l2,
-         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return false;
-  e = Entry{w, m, k_pad, kpi, *map};
-  return true;
+  return cached_tensor_map(TensorMapKey{w, m, k_pad, kpi}, map, [&](CUtensorMap* out) {
+    const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_tiled();
+    if (fn == nullptr) return false;
+    const bool three = kpi > 1;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(three ? kKBlock : k_pad), static_cast<cuuint64_t>(m),
+                                static_cast<cuuint64_t>(k_pad / kKBlock)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k_pad), kKBlock};
+    const cuuint32_t box[3] = {kKBlock, kRows, static_cast<cuuint32_t>(kpi)}, elem[3] = {1, 1, 1};
+    static const int promo = qgemm_detail::env_int("EMBER_CUDA_FP8_WG_PROMO", 2);
+    const CUtensorMapL2promotion l2 = promo == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                                      : promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                   : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    return fn(out, CU_TENSOR_MAP_DATA_TYPE_UINT8, three ? 3 : 2, const_cast<void*>(w), dims, strides, box, elem,
+              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, l2,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  });
 }
 
 // Dynamic shared memory a block may opt in to on the current device.
