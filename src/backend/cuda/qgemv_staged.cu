@@ -44,6 +44,8 @@
 #include "backend/cuda/qgemm_common.cuh"
 #include "backend/cuda/probe.cuh"
 #include "backend/cuda/rope_epilogue.cuh"
+#include "backend/cuda/tensor_map.h"
+#include "backend/cuda/wgmma.cuh"
 
 #include <cooperative_groups.h>
 
@@ -113,6 +115,14 @@ struct SArgsGate : SArgs {
 template <bool kRope, bool kNext = false, bool kGate = false>
 using KernelArgs = std::conditional_t<kRope, SArgsRope,
                                       std::conditional_t<kNext, SArgsNext, std::conditional_t<kGate, SArgsGate, SArgs>>>;
+// The TMA ring's kernels (kTma, EMBER_CUDA_QGEMV_TMA): the same arguments and a tensor map a
+// weight matrix (a segment's; GLU: gate, up), boxes of 64 bytes x 8 rows.
+template <class Base>
+struct WithMaps : Base {
+  CUtensorMap maps[kQGemvMaxSegs];
+};
+template <bool kRope, bool kNext, bool kGate, bool kTma>
+using KArgs = std::conditional_t<kTma, WithMaps<KernelArgs<kRope, kNext, kGate>>, KernelArgs<kRope, kNext, kGate>>;
 
 // How the staged kernel stages x: Plain (no norm: stage_x_warp, 4 chunks a lane in flight),
 // Norm (the folded norm: rms_inverse_rows, then stage_x_warp with 2), NormOne (the folded norm
@@ -351,6 +361,103 @@ __device__ __forceinline__ void load_stage(uint32_t slot, bool copies_scales, co
       if (copies_scales) cp_async16(slot + S * 1024 + s * kScaleBytes, p.sc[s] + static_cast<int64_t>(j) * kScaleBytes);
     }
   }
+}
+
+// The TMA ring (kTma, EMBER_CUDA_QGEMV_TMA). A warp's slot holds its unit's weights in
+// load_stage's layout (stream s at s * 1024: rows 0-7 of the tile, then rows 8-15, 64 bytes each),
+// and int4's scales in a region of their own (S x 32 bytes a slot), so that every slot starts
+// 128-byte aligned. The copies are the TMA unit's, not the lanes': lane 0 arms the slot's
+// mbarrier with the bytes to come, lanes 0 .. 2S - 1 copy a stream's two 8-row boxes
+// (cp.async.bulk.tensor.2d), int4's lanes 2S .. 4S - 1 the two 16-byte halves of its scales
+// (cp.async.bulk). A slot whose unit lies past the tile (or past the block's last tile) is only
+// arrived at, so that every slot completes one phase a chunk. Rows past the matrix read zeros.
+// The question it answers: whether the lanes' cp.async queues are what delays the x staging, the
+// counters and the attention behind a GEMV's weights (docs/CUDA_NOTES.md "Session 55").
+constexpr size_t kTmaBarBytes = 512;  // kWarps x at most 8 stages x 8 bytes
+constexpr size_t kTmaSmemExtra = 128 + kTmaBarBytes;  // alignment slack + the barriers
+
+template <int S>
+struct TmaTile {
+  int map[S];                 // the tensor map of stream s
+  int row[S][2];              // first row of the boxes of tile rows 0-7 and 8-15
+  const uint8_t* sc[S][2];    // int4: the scales of those rows at this warp's first unit
+  int x0;                     // byte column of this warp's first unit
+};
+template <int S, bool kRope = false, typename Args>
+__device__ __forceinline__ void tma_tile(const Args& A, int tile, int warp, int u_off, TmaTile<S>& tt) {
+  const Seg sg = seg_of<S == 2>(A, tile);
+  int si = 0;
+#pragma unroll
+  for (int i = 1; i < kQGemvMaxSegs; ++i)
+    if (S == 1 && i < A.n_segs && tile >= A.tile_end[i - 1]) si = i;
+  const int tl = tile - sg.t0;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    tt.map[s] = S == 2 ? s : si;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int64_t r;
+      if constexpr (kRope) r = rope_tile_row(A.rope, seg_index(A, tile), tl, 8 * h);
+      else r = static_cast<int64_t>(tl) * 16 + 8 * h;
+      tt.row[s][h] = static_cast<int>(r);
+      const void* sc = s == 0 ? sg.sc : A.scales[1];
+      tt.sc[s][h] = static_cast<const uint8_t*>(sc) + 2 * qweight_int4_scale_index(A.n_units, r, u_off + warp);
+    }
+  }
+  tt.x0 = (u_off + warp) * 64;
+}
+// The TMA ring's device steps exist only in the sm_90a pass (wgmma.cuh's EMBER_WGMMA_DEVICE):
+// launch_tma launches a kTma kernel only on a GPU that runs that code (tma_ring_on), so elsewhere
+// they are empty and the kernel traps.
+__device__ __forceinline__ void tma_ring_init(uint32_t bars, int n) {
+#if defined(EMBER_WGMMA_DEVICE)
+  for (int p = 0; p < n; ++p) wg::mbar_init(bars + 8 * p, 1);
+  wg::fence_mbar_init();
+  wg::fence_proxy_async();  // (the zeroed scales, before the copies)
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void tma_ring_wait(uint32_t bar, uint32_t parity) {
+#if defined(EMBER_WGMMA_DEVICE)
+  wg::mbar_wait(bar, parity);
+#endif
+}
+// Unit j of this warp's tile (tt) into the slot at wslot / sslot (the warp's, not a lane's),
+// completing on bar; every lane calls it.
+template <QFormat F, int S>
+__device__ __forceinline__ void tma_stage(const CUtensorMap* maps, uint32_t wslot, uint32_t sslot, uint32_t bar,
+                                          const TmaTile<S>& tt, int j, bool loaded, int lane) {
+#if defined(EMBER_WGMMA_DEVICE)
+  if (lane == 0) {
+    if (loaded) wg::mbar_expect_tx(bar, S * 1024 + (F == QFormat::Int4 ? S * kScaleBytes : 0));
+    else wg::mbar_arrive(bar);
+  }
+  __syncwarp();
+  if (!loaded) return;
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (lane == 2 * s + h) {
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+            "{%2, %3}], [%4], %5;" ::"r"(wslot + s * 1024 + h * 512),
+            "l"(reinterpret_cast<uint64_t>(maps + tt.map[s])), "r"(tt.x0 + j * 64), "r"(tt.row[s][h]), "r"(bar),
+            "l"(l2_weights_policy())
+            : "memory");
+      }
+      if constexpr (F == QFormat::Int4) {
+        if (lane == 2 * S + 2 * s + h) {
+          asm volatile(
+              "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], 16, [%2], "
+              "%3;" ::"r"(sslot + s * kScaleBytes + h * 16),
+              "l"(tt.sc[s][h] + static_cast<int64_t>(j) * kScaleBytes), "r"(bar), "l"(l2_weights_policy())
+              : "memory");
+        }
+      }
+    }
+#endif
 }
 
 // This lane's 16 bytes of rows g (lo) and g + 8 (hi) of stream s from a ring slot.
@@ -638,11 +745,13 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // kGate: the ring's first copies wait at a decode attention's start gate (SArgsGate; plain
 // GEMVs, no cluster).
 template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false,
-          bool kGate = false>
-__global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const KernelArgs<kRope, kNext, kGate> A) {
+          bool kGate = false, bool kTma = false>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    qgemv_staged_kernel(const __grid_constant__ KArgs<kRope, kNext, kGate, kTma> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
   static_assert(!kNext || (S == 1 && !kCl && !kRope), "the prefetch: plain GEMVs without the cluster split");
   static_assert(!kGate || (S == 1 && !kCl && !kRope && !kNext), "the gate: plain GEMVs without the cluster split");
+  static_assert(!kTma || (!kCl && !kNext), "the TMA ring: no cluster split, no prefetch");
   constexpr bool kGlu = S == 2;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
@@ -661,19 +770,31 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   const int n_units = kCl ? min(A.units_local, A.n_units - u_off) : A.n_units;
   const int tile_stride = kCl ? static_cast<int>(gridDim.x) / C : static_cast<int>(gridDim.x);
   int tile = kCl ? static_cast<int>(blockIdx.x) / C : static_cast<int>(blockIdx.x);
-  // This warp's ring: slot p at ring + p * kSlot (kStages * S = R units a warp).
+  // This warp's ring: slot p at ring + p * kSlot (kStages * S = R units a warp). With kTma the
+  // weights' slots (kWSlot apart) and the int4 scales' (kSSlot apart) are separate regions after
+  // the mbarriers, 128-byte aligned (tma_stage).
   constexpr int kSlot = slot_bytes<F, S>();
-  const uint32_t ring = smem_addr(smem_all) + warp * (kStages * kSlot) + lane * 16;
-  const uint8_t* ring_ptr = smem_all + warp * (kStages * kSlot) + lane * 16;
+  constexpr int kWSlot = kTma ? S * 1024 : kSlot;
+  constexpr int kSSlot = kTma ? S * kScaleBytes : kSlot;
+  uint8_t* base = smem_all;
+  if constexpr (kTma) base = smem_all + ((128 - (smem_addr(smem_all) & 127)) & 127) + kTmaBarBytes;
+  uint8_t* const wring = base + warp * (kStages * kWSlot);
+  uint8_t* const sring = kTma ? base + kWarps * kStages * S * 1024 + warp * (kStages * kSSlot) : wring + S * 1024;
+  const uint32_t tma_bar = smem_addr(base - kTmaBarBytes) + warp * kStages * 8;  // (kTma only)
+  const uint32_t ring = smem_addr(wring) + lane * 16;
+  const uint8_t* ring_ptr = wring + lane * 16;
   // int4: this lane's scale of row g in slot 0 (row g + 8's is 16 bytes on).
-  const uint8_t* scale_ptr = smem_all + warp * (kStages * kSlot) + S * 1024 + g * 2;
+  const uint8_t* scale_ptr = sring + g * 2;
   const bool copies_scales = lane < 2;
-  uint8_t* smem = smem_all + ring_bytes(F, R);
+  uint8_t* smem = base + ring_bytes(F, R);
   if constexpr (F == QFormat::Int4) {  // slots never loaded hold finite scales (their x is the zero block)
 #pragma unroll
     for (int p = 0; p < kStages; ++p)
-      if (lane < S * kScaleBytes / 4)
-        reinterpret_cast<uint32_t*>(smem_all + warp * (kStages * kSlot) + p * kSlot + S * 1024)[lane] = 0;
+      if (lane < S * kScaleBytes / 4) reinterpret_cast<uint32_t*>(sring + p * kSSlot)[lane] = 0;
+    __syncwarp();
+  }
+  if constexpr (kTma) {
+    if (lane == 0) tma_ring_init(tma_bar, kStages);
     __syncwarp();
   }
 
@@ -683,13 +804,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
   if constexpr (X == XStage::NormOne) load_norm_one<F>(A, norm_w);
 
   TilePtrs<S> lp;
-  tile_ptrs<S, kRope>(A, tile, g, t, warp, u_off, lp);
+  TmaTile<S> tt;
+  if constexpr (kTma) tma_tile<S, kRope>(A, tile, warp, u_off, tt);
+  else tile_ptrs<S, kRope>(A, tile, g, t, warp, u_off, lp);
   if constexpr (kGate) hold_gate_pass(A.gate, A.gate_arrivals);
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
-    if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
-    cp_commit();
+    if constexpr (kTma) {
+      tma_stage<F, S>(A.maps, smem_addr(wring) + p * kWSlot, smem_addr(sring) + p * kSSlot, tma_bar + 8 * p, tt,
+                      kWarps * p, warp + kWarps * p < n_units, lane);
+    } else {
+      if (warp + kWarps * p < n_units) load_stage<F, S>(ring + p * kSlot, copies_scales, lp, kWarps * p);
+      cp_commit();
+    }
   }
+  uint32_t tma_phase = 0;  // (kTma) the parity every slot completes next
   // The zero block for every warp, before the wait (so its barrier costs nothing).
   if (threadIdx.x < kZeroBytes / 16)
     reinterpret_cast<uint4*>(smem + A.n * A.x_stride)[threadIdx.x] = make_uint4(0, 0, 0, 0);
@@ -771,7 +900,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
       const bool last = c + 1 == n_chunks;
       const int ntile = last ? tile + tile_stride : tile;
       const int nc = last ? 0 : c + 1;
-      if (last && ntile < n_tiles) tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
+      if (last && ntile < n_tiles) {
+        if constexpr (kTma) tma_tile<S, kRope>(A, ntile, warp, u_off, tt);
+        else tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
+      }
       if constexpr (kNext) {  // (the block's last chunk: every copy of its own issued)
         if (A.next.when == 0 && last && ntile >= n_tiles && threadIdx.x == 0)
           l2_prefetch_slice(A.next, blockIdx.x);
@@ -784,25 +916,37 @@ __global__ void __launch_bounds__(kWarps * 32, 2) qgemv_staged_kernel(const Kern
       // 0), so the compiler can interleave their dequantization and mma chains.
 #pragma unroll
       for (int p = 0; p < kStages; p += P) {
-        cp_wait<kStages - P>();  // this lane's copies of slots p..p+P-1 (the oldest groups) have landed
-        if constexpr (F == QFormat::Int4) __syncwarp();  // and so have lanes 0 and 1's scales
+        if constexpr (kTma) {
+#pragma unroll
+          for (int q = 0; q < P; ++q) tma_ring_wait(tma_bar + 8 * (p + q), tma_phase);
+        } else {
+          cp_wait<kStages - P>();  // this lane's copies of slots p..p+P-1 (the oldest groups) have landed
+          if constexpr (F == QFormat::Int4) __syncwarp();  // and so have lanes 0 and 1's scales
+        }
         if (u0 + kWarps * p < n_units) {
 #pragma unroll
           for (int q = 0; q < P; ++q) {
             const bool ok = u0 + kWarps * (p + q) < n_units;
-            compute_unit<F, S>(ring_ptr + (p + q) * kSlot, scale_ptr + (p + q) * kSlot,
+            compute_unit<F, S>(ring_ptr + (p + q) * kWSlot, scale_ptr + (p + q) * kSSlot,
                                ok ? xb_c + (p + q) * kWarps * xb_step : zero_xb,
                                ok ? xs_c + (p + q) * kWarps * 8 : zero_xs, acc);
           }
         }
-        if constexpr (F == QFormat::Int4) __syncwarp();  // every lane has read the scales lanes 0, 1 overwrite
+        // every lane has read the scales lanes 0, 1 overwrite (kTma: the whole slot)
+        if constexpr (F == QFormat::Int4 || kTma) __syncwarp();
 #pragma unroll
         for (int q = 0; q < P; ++q) {
           const int nj = kWarps * (nc * kStages + p + q);
-          if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + (p + q) * kSlot, copies_scales, lp, nj);
-          cp_commit();
+          if constexpr (kTma) {
+            tma_stage<F, S>(A.maps, smem_addr(wring) + (p + q) * kWSlot, smem_addr(sring) + (p + q) * kSSlot,
+                            tma_bar + 8 * (p + q), tt, nj, ntile < n_tiles && warp + nj < n_units, lane);
+          } else {
+            if (ntile < n_tiles && warp + nj < n_units) load_stage<F, S>(ring + (p + q) * kSlot, copies_scales, lp, nj);
+            cp_commit();
+          }
         }
       }
+      if constexpr (kTma) tma_phase ^= 1;
     }
     EMBER_PROBE_MARK(1, 4, tile, A.n_tiles * 16, A.k);
 #pragma unroll
@@ -959,10 +1103,80 @@ bool two_units_a_wait(int S) {
   return pair_env < 0 ? S == 1 : pair_env == 1;
 }
 
+// EMBER_CUDA_QGEMV_TMA: which staged GEMVs of int4 and fp8 weights without a cluster split take
+// the TMA ring (kTma) where one is built for their shape (launch_typed_tma), a sum of kTmaGlu,
+// kTmaPlain, kTmaRope, kTmaGate (15: all); 0 (default) none.
+constexpr int kTmaGlu = 1, kTmaPlain = 2, kTmaRope = 4, kTmaGate = 8;
+bool tma_ring_on(int kind) {
+  static const int mask = qgemm_detail::env_int("EMBER_CUDA_QGEMV_TMA", 0);
+  if ((mask & kind) == 0) return false;
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess && sm90a_kernels_run_on(dev);  // (tma_ring_init)
+}
+
+// The TMA ring's map of a packed matrix [m rows, row_bytes] (boxes of 64 bytes x 8 rows, no
+// swizzle: the box lands in load_stage's layout).
+bool staged_weight_map(CUtensorMap* map, const void* w, int64_t m, int64_t row_bytes) {
+  if (reinterpret_cast<uintptr_t>(w) % 16 != 0 || row_bytes % 16 != 0) return false;
+  return cached_tensor_map(TensorMapKey{w, m, row_bytes, 0}, map, [&](CUtensorMap* out) {
+    const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_tiled();
+    if (fn == nullptr) return false;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(m)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
+    const cuuint32_t box[2] = {64, 8}, elem[2] = {1, 1};
+    return fn(out, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(w), dims, strides, box, elem,
+              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  });
+}
+
+// Launches the TMA-ring form of a staged kernel with A's arguments and its weights' maps; false
+// (nothing launched) where a map cannot be made.
+template <QFormat F, int S, int P, int R, XStage X, bool kRope = false, bool kGate = false, class Base>
+bool launch_tma(const Base& A, bool pdl, cudaStream_t stream, cudaError_t& err) {
+  WithMaps<Base> T;
+  static_cast<Base&>(T) = A;
+  const int n_maps = S == 2 ? 2 : A.n_segs;
+  for (int i = 0; i < n_maps; ++i)
+    if (!staged_weight_map(&T.maps[i], A.w[i], A.m[S == 2 ? 0 : i], A.row_bytes)) return false;
+  auto kernel = qgemv_staged_kernel<F, S, P, R, false, X, kRope, false, kGate, true>;
+  const size_t smem = staged_smem(F, R, A.n, A.k) + kTmaSmemExtra;
+  const int resident = resident_blocks(kernel, smem, max_smem(F) + kTmaSmemExtra, 1);
+  if (resident <= 0) {
+    err = cudaErrorInvalidConfiguration;
+    return true;
+  }
+  const int grid = A.n_tiles < resident ? A.n_tiles : resident;
+  err = launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, T);
+  return true;
+}
+
+// The TMA ring for what launch_typed runs without a cluster: the batch-1 shapes of int4 and fp8
+// (gate/up + GLU with the norm at once, plain GEMVs on the 8-unit ring two units a wait, int4's
+// one-row 4-unit ring one unit a wait); false where none is built.
+template <QFormat F, int S, int R>
+bool launch_typed_tma(const SArgs& A, XStage x, bool pair, bool pdl, cudaStream_t stream, cudaError_t& err) {
+  if constexpr (F == QFormat::Int8) {
+    return false;
+  } else if constexpr (S == 2 && R == 8) {
+    return x == XStage::NormOne && !pair && launch_tma<F, 2, 1, 8, XStage::NormOne>(A, pdl, stream, err);
+  } else if constexpr (S == 1 && R == 8) {
+    return x == XStage::Plain && pair && launch_tma<F, 1, 2, 8, XStage::Plain>(A, pdl, stream, err);
+  } else if constexpr (S == 1 && R == 4 && F == QFormat::Int4) {
+    return x == XStage::Plain && !pair && launch_tma<F, 1, 1, 4, XStage::Plain>(A, pdl, stream, err);
+  } else {
+    return false;
+  }
+}
+
 template <QFormat F, int S, int R>
 cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait) {
   const bool pair = !one_unit_a_wait && two_units_a_wait(S);
   const int C = A.cluster;
+  if (C == 1 && tma_ring_on(S == 2 ? kTmaGlu : kTmaPlain)) {
+    cudaError_t err = cudaSuccess;
+    if (launch_typed_tma<F, S, R>(A, x, pair, pdl, stream, err)) return err;
+  }
   auto kernel = staged_kernel<F, S, R, false, XStage::Plain>(pair);
   if constexpr (R == 8) {  // (the cluster split and the block-wide folded norm take the 8-unit ring only)
     if (C > 1) {
@@ -1106,6 +1320,13 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 // choose_staged puts an o projection: gate_kernel_takes). (Referenced here too, for the same
 // reason.)
 cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
+  if (tma_ring_on(kTmaGate)) {
+    cudaError_t err = cudaSuccess;
+    if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::Plain, false, true>(A, pdl, stream, err))
+      return err;
+    if (f == QFormat::Fp8 && launch_tma<QFormat::Fp8, 1, 2, 8, XStage::Plain, false, true>(A, pdl, stream, err))
+      return err;
+  }
   auto kernel = f == QFormat::Int4 ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::Plain, false, false, true>
                 : f == QFormat::Int8
                     ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, false, true>
@@ -1121,6 +1342,13 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
 // that their code lands after those kernels' in the module and moves none of them: see
 // docs/CUDA_NOTES.md "Session 30" on code placement.)
 cudaError_t launch_rope_staged(QFormat f, const SArgsRope& A, bool pdl, cudaStream_t stream) {
+  if (tma_ring_on(kTmaRope)) {
+    cudaError_t err = cudaSuccess;
+    if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::NormOne, true>(A, pdl, stream, err))
+      return err;
+    if (f == QFormat::Fp8 && launch_tma<QFormat::Fp8, 1, 1, 4, XStage::NormOne, true>(A, pdl, stream, err))
+      return err;
+  }
   auto kernel = f == QFormat::Int4  ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::NormOne, true>
                 : f == QFormat::Int8 ? qgemv_staged_kernel<QFormat::Int8, 1, 1, 4, false, XStage::NormOne, true>
                                      : qgemv_staged_kernel<QFormat::Fp8, 1, 1, 4, false, XStage::NormOne, true>;
