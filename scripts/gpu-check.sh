@@ -148,11 +148,13 @@ if (( run_tests )); then
   failed=$(grep -c "^\[  FAILED  \]" "$logs/test.log")
   note "backend-ops tests: rc=$rc, $passed passed, $failed failed lines"
   (( rc != 0 )) && status=1
-  echo "== packed GEMV tests on the TMA ring (EMBER_CUDA_QGEMV_TMA=15)"
-  EMBER_CUDA_QGEMV_TMA=15 "$test_bin" --gtest_filter='CudaQuant.*' >"$logs/test_tma_ring.log" 2>&1
-  rc=$?
-  note "TMA-ring GEMV tests: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_tma_ring.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_tma_ring.log") failed lines"
-  (( rc != 0 )) && status=1
+  for tma in 15 0; do  # the TMA ring everywhere it is built / nowhere (default: int4's gated o GEMV)
+    echo "== packed GEMV tests with EMBER_CUDA_QGEMV_TMA=$tma"
+    EMBER_CUDA_QGEMV_TMA=$tma "$test_bin" --gtest_filter='CudaQuant.*' >"$logs/test_tma_$tma.log" 2>&1
+    rc=$?
+    note "GEMV tests, EMBER_CUDA_QGEMV_TMA=$tma: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_tma_$tma.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_tma_$tma.log") failed lines"
+    (( rc != 0 )) && status=1
+  done
   if (( model )); then
     echo "== whole-model tests"
     EMBER_FIXTURES_DIR=$root/tests/fixtures EMBER_CUDA_TEST_MODEL=$small_dir \

@@ -1105,10 +1105,14 @@ bool two_units_a_wait(int S) {
 
 // EMBER_CUDA_QGEMV_TMA: which staged GEMVs of int4 and fp8 weights without a cluster split take
 // the TMA ring (kTma) where one is built for their shape (launch_typed_tma), a sum of kTmaGlu,
-// kTmaPlain, kTmaRope, kTmaGate (15: all); 0 (default) none.
+// kTmaPlain, kTmaRope, kTmaGate (15: all; 0: none) for both formats. Unset: int4's gated o GEMV
+// only. H100, int4 batch 1, same binary (session 56): 499.4 -> 511.1 tok/s with it (the o GEMV's
+// advance 8.3 -> 5.4 us a layer); q/k/v with the rope +0.8%, the two together +0.3%, the GLU
+// -1.5%, the plain GEMVs (down, lm_head) -5.5%; fp8's gated o -0.5%, all of fp8's -4.4%.
 constexpr int kTmaGlu = 1, kTmaPlain = 2, kTmaRope = 4, kTmaGate = 8;
-bool tma_ring_on(int kind) {
-  static const int mask = qgemm_detail::env_int("EMBER_CUDA_QGEMV_TMA", 0);
+bool tma_ring_on(QFormat f, int kind) {
+  static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_TMA", -1);
+  const int mask = env >= 0 ? env : f == QFormat::Int4 ? kTmaGate : 0;
   if ((mask & kind) == 0) return false;
   int dev = 0;
   return cudaGetDevice(&dev) == cudaSuccess && sm90a_kernels_run_on(dev);  // (tma_ring_init)
@@ -1173,7 +1177,7 @@ template <QFormat F, int S, int R>
 cudaError_t launch_typed(const SArgs& A, XStage x, bool pdl, cudaStream_t stream, bool one_unit_a_wait) {
   const bool pair = !one_unit_a_wait && two_units_a_wait(S);
   const int C = A.cluster;
-  if (C == 1 && tma_ring_on(S == 2 ? kTmaGlu : kTmaPlain)) {
+  if (C == 1 && tma_ring_on(F, S == 2 ? kTmaGlu : kTmaPlain)) {
     cudaError_t err = cudaSuccess;
     if (launch_typed_tma<F, S, R>(A, x, pair, pdl, stream, err)) return err;
   }
@@ -1320,7 +1324,7 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 // choose_staged puts an o projection: gate_kernel_takes). (Referenced here too, for the same
 // reason.)
 cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
-  if (tma_ring_on(kTmaGate)) {
+  if (tma_ring_on(f, kTmaGate)) {
     cudaError_t err = cudaSuccess;
     if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::Plain, false, true>(A, pdl, stream, err))
       return err;
@@ -1342,7 +1346,7 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
 // that their code lands after those kernels' in the module and moves none of them: see
 // docs/CUDA_NOTES.md "Session 30" on code placement.)
 cudaError_t launch_rope_staged(QFormat f, const SArgsRope& A, bool pdl, cudaStream_t stream) {
-  if (tma_ring_on(kTmaRope)) {
+  if (tma_ring_on(f, kTmaRope)) {
     cudaError_t err = cudaSuccess;
     if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::NormOne, true>(A, pdl, stream, err))
       return err;
