@@ -46,27 +46,20 @@ if ls tests/python/test_*.py >/dev/null 2>&1; then
   record pytest "$p" "$f"
 fi
 
-# The CUDA sources must keep compiling where nvcc exists (no GPU needed to compile). The toolkit's
-# own directory counts too: a CUDA install need not put nvcc on PATH, and where PATH lacks it the
-# check would silently not run. It compiles in the background while the fuzz targets build and run
-# (each of those runs holds one core), and is waited for below.
-nvcc_bin=$(command -v nvcc || true)
-if [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc_bin=/usr/local/cuda/bin/nvcc; fi
-cuda_pid=
-if [ -n "$nvcc_bin" ] && [ -d src/backend/cuda ] && [ "${EMBER_SKIP_CUDA_BUILD:-0}" != 1 ]; then
-  (cmake -S "$root" -B "$root/build-cuda-compile" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
-     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF &&
-   ninja -C "$root/build-cuda-compile" -j 2 ember_backend_cuda) >build/cuda-compile.log 2>&1 &
-  cuda_pid=$!
-fi
-
 # Fuzz targets, bounded time each, under ASan/UBSan.
 if [ -x scripts/fuzz.sh ]; then
   if scripts/fuzz.sh "${EMBER_FUZZ_SECONDS:-20}"; then record fuzz 1 0; else record fuzz 0 1; fi
 fi
 
-if [ -n "$cuda_pid" ]; then
-  if wait "$cuda_pid"; then
+# The CUDA sources must keep compiling where nvcc exists (no GPU needed to compile). The toolkit's
+# own directory counts too: a CUDA install need not put nvcc on PATH, and where PATH lacks it the
+# check would silently not run.
+nvcc_bin=$(command -v nvcc || true)
+if [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc_bin=/usr/local/cuda/bin/nvcc; fi
+if [ -n "$nvcc_bin" ] && [ -d src/backend/cuda ] && [ "${EMBER_SKIP_CUDA_BUILD:-0}" != 1 ]; then
+  if cmake -S "$root" -B "$root/build-cuda-compile" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
+       -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DEMBER_TESTS=OFF -DEMBER_BENCH=OFF >build/cuda-compile.log 2>&1 &&
+     ninja -C "$root/build-cuda-compile" ember_backend_cuda >>build/cuda-compile.log 2>&1; then
     record cuda-compile 1 0
   else
     tail -30 build/cuda-compile.log
