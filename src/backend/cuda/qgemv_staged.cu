@@ -1113,9 +1113,12 @@ constexpr int kTmaGlu = 1, kTmaPlain = 2, kTmaRope = 4, kTmaGate = 8;
 bool tma_ring_on(QFormat f, int kind) {
   static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_TMA", -1);
   const int mask = env >= 0 ? env : f == QFormat::Int4 ? kTmaGate : 0;
-  if ((mask & kind) == 0) return false;
-  int dev = 0;
-  return cudaGetDevice(&dev) == cudaSuccess && sm90a_kernels_run_on(dev);  // (tma_ring_init)
+  // (tma_ring_init; asked once, as qgemv_fp8_wg_takes does, not on every launch)
+  static const bool device_ok = [] {
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && sm90a_kernels_run_on(dev);
+  }();
+  return (mask & kind) != 0 && device_ok;
 }
 
 // The TMA ring's map of a packed matrix [m rows, row_bytes] (boxes of 64 bytes x 8 rows, no
