@@ -155,6 +155,13 @@ if (( run_tests )); then
     note "GEMV tests, EMBER_CUDA_QGEMV_TMA=$tma: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_tma_$tma.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_tma_$tma.log") failed lines"
     (( rc != 0 )) && status=1
   done
+  for one in 1 0; do  # the gated o GEMV at one block an SM / at its own residency (default: not on an H100)
+    echo "== packed GEMV tests with EMBER_CUDA_QGEMV_GATE_ONE=$one"
+    EMBER_CUDA_QGEMV_GATE_ONE=$one "$test_bin" --gtest_filter='CudaQuant.Gemv*' >"$logs/test_gate_one_$one.log" 2>&1
+    rc=$?
+    note "GEMV tests, EMBER_CUDA_QGEMV_GATE_ONE=$one: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_gate_one_$one.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_gate_one_$one.log") failed lines"
+    (( rc != 0 )) && status=1
+  done
   if (( model )); then
     echo "== whole-model tests"
     EMBER_FIXTURES_DIR=$root/tests/fixtures EMBER_CUDA_TEST_MODEL=$small_dir \

@@ -49,6 +49,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -1085,6 +1086,40 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem, int cluster)
   return blocks;
 }
 
+// The dynamic shared memory that holds kernel to one block an SM: at least `own`, raised until a
+// block takes 128 KiB of the SM (more than half of an H100 / H200 SM's 228 KiB) with its static
+// shared memory and the block's reserve, so that a second block never fits but one block of the
+// next GEMV (gate/up + GLU: 94.5 KiB) still does; `own` where that exceeds what a block may take.
+template <typename K>
+size_t one_block_smem(K kernel, size_t own) {
+  struct Entry {
+    const void* fn;
+    int dev;
+    size_t smem;
+  };
+  static std::mutex mu;
+  static Entry cache[16];
+  static int used = 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return own;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < used; ++i)
+    if (cache[i].fn == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev) return cache[i].smem > own ? cache[i].smem : own;
+  int per_sm = 0, reserved = 0, optin = 0;
+  cudaFuncAttributes fa{};
+  if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
+    return own;
+  const size_t block = std::max<size_t>(static_cast<size_t>(per_sm) / 2 + 1, size_t{128} * 1024);
+  const size_t fixed = fa.sharedSizeBytes + static_cast<size_t>(reserved);
+  size_t smem = block > fixed ? (block - fixed + 127) / 128 * 128 : 0;
+  if (smem > static_cast<size_t>(optin)) smem = 0;  // (none that fits: the kernel's own)
+  if (used < 16) cache[used++] = Entry{reinterpret_cast<const void*>(kernel), dev, smem};
+  return smem > own ? smem : own;
+}
+
 template <QFormat F, int S, int R, bool kCl, XStage X>
 auto staged_kernel(bool pair) {
   return pair ? qgemv_staged_kernel<F, S, 2, R, kCl, X> : qgemv_staged_kernel<F, S, 1, R, kCl, X>;
@@ -1106,19 +1141,43 @@ bool two_units_a_wait(int S) {
 // EMBER_CUDA_QGEMV_TMA: which staged GEMVs of int4 and fp8 weights without a cluster split take
 // the TMA ring (kTma) where one is built for their shape (launch_typed_tma), a sum of kTmaGlu,
 // kTmaPlain, kTmaRope, kTmaGate (15: all; 0: none) for both formats. Unset: int4's gated o GEMV
-// only. H100, int4 batch 1, same binary (session 56): 499.4 -> 511.1 tok/s with it (the o GEMV's
+// only, where it does not run at one block an SM (gate_one_block: on an H100). H100, int4 batch 1, same binary (session 56): 499.4 -> 511.1 tok/s with it (the o GEMV's
 // advance 8.3 -> 5.4 us a layer); q/k/v with the rope +0.8%, the two together +0.3%, the GLU
 // -1.5%, the plain GEMVs (down, lm_head) -5.5%; fp8's gated o -0.5%, all of fp8's -4.4%.
 constexpr int kTmaGlu = 1, kTmaPlain = 2, kTmaRope = 4, kTmaGate = 8;
+bool gate_one_block(QFormat f);
 bool tma_ring_on(QFormat f, int kind) {
   static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_TMA", -1);
-  const int mask = env >= 0 ? env : f == QFormat::Int4 ? kTmaGate : 0;
+  const int mask = env >= 0 ? env : f == QFormat::Int4 && !gate_one_block(f) ? kTmaGate : 0;
   // (tma_ring_init; asked once, as qgemv_fp8_wg_takes does, not on every launch)
   static const bool device_ok = [] {
     int dev = 0;
     return cudaGetDevice(&dev) == cudaSuccess && sm90a_kernels_run_on(dev);
   }();
   return (mask & kind) != 0 && device_ok;
+}
+
+// EMBER_CUDA_QGEMV_GATE_ONE (1 on, 0 off; unset: on except on an H100): the gated o GEMV of int4
+// and fp8 weights at one block an SM (one_block_smem), its 256 tiles over 132 blocks. It waits at
+// the attention's start gate, so it is the one GEMV that runs beside another kernel; with one
+// block an SM (and room left) the attention runs beside fewer of its blocks and the GLU's blocks
+// enter, issue their first copies and stage x while it still streams. H200, batch 1, same binary,
+// its dynamic shared memory padded by 70,000-80,000 bytes (int4) / 50,000 (fp8), which is what
+// one_block_smem sets (session 57): int4 554.5-555.4 -> 569.6-570.3 tok/s against the TMA ring
+// (the previous default, which it replaces there), 551.5-551.8 without either; per step the GLU's
+// advance 649 -> 568 us, the attention's 231 -> 203, the o GEMV's 174 -> 229; fp8 411.5-412.3 ->
+// 425.3-426.0. Not measured on an H100, where session 49's grid of one block an SM (a grid cap,
+// not a residency bound) lost 3.8% / 2.5%: there the TMA ring stays (session 56, +2.3% int4). Not
+// int8 (its o projection takes no gated kernel by default).
+bool gate_one_block(QFormat f) {
+  static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_ONE", -1);
+  static const bool h100 = [] {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
+           std::strstr(prop.name, "H100") != nullptr;
+  }();
+  return (env >= 0 ? env != 0 : !h100) && f != QFormat::Int8;
 }
 
 // The TMA ring's map of a packed matrix [m rows, row_bytes] (boxes of 64 bytes x 8 rows, no
@@ -1139,15 +1198,17 @@ bool staged_weight_map(CUtensorMap* map, const void* w, int64_t m, int64_t row_b
 
 // Launches the TMA-ring form of a staged kernel with A's arguments and its weights' maps; false
 // (nothing launched) where a map cannot be made.
+// one_block: at one block an SM (one_block_smem; the gated o GEMV, gate_one_block).
 template <QFormat F, int S, int P, int R, XStage X, bool kRope = false, bool kGate = false, class Base>
-bool launch_tma(const Base& A, bool pdl, cudaStream_t stream, cudaError_t& err) {
+bool launch_tma(const Base& A, bool pdl, cudaStream_t stream, cudaError_t& err, bool one_block = false) {
   WithMaps<Base> T;
   static_cast<Base&>(T) = A;
   const int n_maps = S == 2 ? 2 : A.n_segs;
   for (int i = 0; i < n_maps; ++i)
     if (!staged_weight_map(&T.maps[i], A.w[i], A.m[S == 2 ? 0 : i], A.row_bytes)) return false;
   auto kernel = qgemv_staged_kernel<F, S, P, R, false, X, kRope, false, kGate, true>;
-  const size_t smem = staged_smem(F, R, A.n, A.k) + kTmaSmemExtra;
+  size_t smem = staged_smem(F, R, A.n, A.k) + kTmaSmemExtra;
+  if (one_block) smem = one_block_smem(kernel, smem);
   const int resident = resident_blocks(kernel, smem, max_smem(F) + kTmaSmemExtra, 1);
   if (resident <= 0) {
     err = cudaErrorInvalidConfiguration;
@@ -1301,9 +1362,11 @@ bool gate_kernel_takes(const StagedChoice& c, QFormat f, int n, bool norm) {
 
 // The grid of a kernel below (one row, no cluster): its tiles, at most the blocks the GPU holds at
 // once with a `ring`-unit ring and x in shared memory (smem, set); 0 where none fits.
+// (one_block: at one block an SM, one_block_smem.)
 template <typename K>
-int one_wave_grid(K kernel, QFormat f, int ring, const SArgs& A, size_t& smem) {
+int one_wave_grid(K kernel, QFormat f, int ring, const SArgs& A, size_t& smem, bool one_block = false) {
   smem = staged_smem(f, ring, A.n, A.k);
+  if (one_block) smem = one_block_smem(kernel, smem);
   const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
   return resident <= 0 ? 0 : A.n_tiles < resident ? A.n_tiles : resident;
 }
@@ -1327,11 +1390,12 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 // choose_staged puts an o projection: gate_kernel_takes). (Referenced here too, for the same
 // reason.)
 cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
+  const bool one = gate_one_block(f);
   if (tma_ring_on(f, kTmaGate)) {
     cudaError_t err = cudaSuccess;
-    if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::Plain, false, true>(A, pdl, stream, err))
+    if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::Plain, false, true>(A, pdl, stream, err, one))
       return err;
-    if (f == QFormat::Fp8 && launch_tma<QFormat::Fp8, 1, 2, 8, XStage::Plain, false, true>(A, pdl, stream, err))
+    if (f == QFormat::Fp8 && launch_tma<QFormat::Fp8, 1, 2, 8, XStage::Plain, false, true>(A, pdl, stream, err, one))
       return err;
   }
   auto kernel = f == QFormat::Int4 ? qgemv_staged_kernel<QFormat::Int4, 1, 1, 4, false, XStage::Plain, false, false, true>
@@ -1339,7 +1403,7 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
                     ? qgemv_staged_kernel<QFormat::Int8, 1, 2, 8, false, XStage::Plain, false, false, true>
                     : qgemv_staged_kernel<QFormat::Fp8, 1, 2, 8, false, XStage::Plain, false, false, true>;
   size_t smem = 0;
-  const int grid = one_wave_grid(kernel, f, f == QFormat::Int4 ? 4 : 8, A, smem);
+  const int grid = one_wave_grid(kernel, f, f == QFormat::Int4 ? 4 : 8, A, smem, one);
   if (grid == 0) return cudaErrorInvalidConfiguration;
   return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, A);
 }
