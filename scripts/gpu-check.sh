@@ -148,18 +148,16 @@ if (( run_tests )); then
   failed=$(grep -c "^\[  FAILED  \]" "$logs/test.log")
   note "backend-ops tests: rc=$rc, $passed passed, $failed failed lines"
   (( rc != 0 )) && status=1
-  for tma in 15 0; do  # the TMA ring everywhere it is built / nowhere (default: int4's gated o GEMV)
-    echo "== packed GEMV tests with EMBER_CUDA_QGEMV_TMA=$tma"
-    EMBER_CUDA_QGEMV_TMA=$tma "$test_bin" --gtest_filter='CudaQuant.*' >"$logs/test_tma_$tma.log" 2>&1
+  # The packed GEMVs again: the TMA ring everywhere it is built / nowhere (default: int4's gated o
+  # GEMV where it does not run at one block an SM), and the gated o GEMV at one block an SM / at
+  # its own residency (default: not on an H100).
+  for setting in "EMBER_CUDA_QGEMV_TMA=15:CudaQuant.*" "EMBER_CUDA_QGEMV_TMA=0:CudaQuant.*" \
+    "EMBER_CUDA_QGEMV_GATE_ONE=1:CudaQuant.Gemv*" "EMBER_CUDA_QGEMV_GATE_ONE=0:CudaQuant.Gemv*"; do
+    var=${setting%%:*} tag=${var#EMBER_CUDA_QGEMV_}
+    echo "== packed GEMV tests with $var"
+    env "$var" "$test_bin" --gtest_filter="${setting#*:}" >"$logs/test_${tag//=/_}.log" 2>&1
     rc=$?
-    note "GEMV tests, EMBER_CUDA_QGEMV_TMA=$tma: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_tma_$tma.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_tma_$tma.log") failed lines"
-    (( rc != 0 )) && status=1
-  done
-  for one in 1 0; do  # the gated o GEMV at one block an SM / at its own residency (default: not on an H100)
-    echo "== packed GEMV tests with EMBER_CUDA_QGEMV_GATE_ONE=$one"
-    EMBER_CUDA_QGEMV_GATE_ONE=$one "$test_bin" --gtest_filter='CudaQuant.Gemv*' >"$logs/test_gate_one_$one.log" 2>&1
-    rc=$?
-    note "GEMV tests, EMBER_CUDA_QGEMV_GATE_ONE=$one: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_gate_one_$one.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_gate_one_$one.log") failed lines"
+    note "GEMV tests, $var: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_${tag//=/_}.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_${tag//=/_}.log") failed lines"
     (( rc != 0 )) && status=1
   done
   if (( model )); then

@@ -1086,38 +1086,22 @@ int resident_blocks(K kernel, size_t smem, size_t max_dynamic_smem, int cluster)
   return blocks;
 }
 
-// The dynamic shared memory that holds kernel to one block an SM: at least `own`, raised until a
-// block takes 128 KiB of the SM (more than half of an H100 / H200 SM's 228 KiB) with its static
-// shared memory and the block's reserve, so that a second block never fits but one block of the
-// next GEMV (gate/up + GLU: 94.5 KiB) still does; `own` where that exceeds what a block may take.
-template <typename K>
-size_t one_block_smem(K kernel, size_t own) {
-  struct Entry {
-    const void* fn;
-    int dev;
-    size_t smem;
-  };
-  static std::mutex mu;
-  static Entry cache[16];
-  static int used = 0;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return own;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < used; ++i)
-    if (cache[i].fn == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev) return cache[i].smem > own ? cache[i].smem : own;
-  int per_sm = 0, reserved = 0, optin = 0;
-  cudaFuncAttributes fa{};
-  if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+// The dynamic shared memory that holds a staged kernel of S streams to one block an SM: at least
+// `own`, raised until a block takes 128 KiB of the SM (more than half of an H100 / H200 SM's 228
+// KiB) with its static shared memory and the block's reserve, so that a second block never fits
+// but one block of the next GEMV (gate/up + GLU: 94.5 KiB) still does; `own` where that exceeds
+// what a block may take.
+size_t one_block_smem(size_t own, int S) {
+  int dev = 0, per_sm = 0, reserved = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return own;
   const size_t block = std::max<size_t>(static_cast<size_t>(per_sm) / 2 + 1, size_t{128} * 1024);
-  const size_t fixed = fa.sharedSizeBytes + static_cast<size_t>(reserved);
-  size_t smem = block > fixed ? (block - fixed + 127) / 128 * 128 : 0;
-  if (smem > static_cast<size_t>(optin)) smem = 0;  // (none that fits: the kernel's own)
-  if (used < 16) cache[used++] = Entry{reinterpret_cast<const void*>(kernel), dev, smem};
-  return smem > own ? smem : own;
+  const size_t fixed = static_smem(S) + static_cast<size_t>(reserved);
+  const size_t smem = block > fixed ? (block - fixed + 127) / 128 * 128 : 0;
+  return smem > static_cast<size_t>(optin) || smem < own ? own : smem;
 }
 
 template <QFormat F, int S, int R, bool kCl, XStage X>
@@ -1208,7 +1192,7 @@ bool launch_tma(const Base& A, bool pdl, cudaStream_t stream, cudaError_t& err, 
     if (!staged_weight_map(&T.maps[i], A.w[i], A.m[S == 2 ? 0 : i], A.row_bytes)) return false;
   auto kernel = qgemv_staged_kernel<F, S, P, R, false, X, kRope, false, kGate, true>;
   size_t smem = staged_smem(F, R, A.n, A.k) + kTmaSmemExtra;
-  if (one_block) smem = one_block_smem(kernel, smem);
+  if (one_block) smem = one_block_smem(smem, S);
   const int resident = resident_blocks(kernel, smem, max_smem(F) + kTmaSmemExtra, 1);
   if (resident <= 0) {
     err = cudaErrorInvalidConfiguration;
@@ -1366,7 +1350,7 @@ bool gate_kernel_takes(const StagedChoice& c, QFormat f, int n, bool norm) {
 template <typename K>
 int one_wave_grid(K kernel, QFormat f, int ring, const SArgs& A, size_t& smem, bool one_block = false) {
   smem = staged_smem(f, ring, A.n, A.k);
-  if (one_block) smem = one_block_smem(kernel, smem);
+  if (one_block) smem = one_block_smem(smem, 1);
   const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
   return resident <= 0 ? 0 : A.n_tiles < resident ? A.n_tiles : resident;
 }
