@@ -1125,9 +1125,10 @@ bool two_units_a_wait(int S) {
 // EMBER_CUDA_QGEMV_TMA: which staged GEMVs of int4 and fp8 weights without a cluster split take
 // the TMA ring (kTma) where one is built for their shape (launch_typed_tma), a sum of kTmaGlu,
 // kTmaPlain, kTmaRope, kTmaGate (15: all; 0: none) for both formats. Unset: int4's gated o GEMV
-// only, where it does not run at one block an SM (gate_one_block: on an H100). H100, int4 batch 1, same binary (session 56): 499.4 -> 511.1 tok/s with it (the o GEMV's
-// advance 8.3 -> 5.4 us a layer); q/k/v with the rope +0.8%, the two together +0.3%, the GLU
-// -1.5%, the plain GEMVs (down, lm_head) -5.5%; fp8's gated o -0.5%, all of fp8's -4.4%.
+// only, where that GEMV does not run at one block an SM (gate_one_block: on an H100). H100, int4
+// batch 1, same binary (session 56): 499.4 -> 511.1 tok/s with it (the o GEMV's advance 8.3 -> 5.4
+// us a layer); q/k/v with the rope +0.8%, the two together +0.3%, the GLU -1.5%, the plain GEMVs
+// (down, lm_head) -5.5%; fp8's gated o -0.5%, all of fp8's -4.4%.
 constexpr int kTmaGlu = 1, kTmaPlain = 2, kTmaRope = 4, kTmaGate = 8;
 bool gate_one_block(QFormat f);
 bool tma_ring_on(QFormat f, int kind) {
@@ -1146,8 +1147,8 @@ bool tma_ring_on(QFormat f, int kind) {
 // the attention's start gate, so it is the one GEMV that runs beside another kernel; with one
 // block an SM (and room left) the attention runs beside fewer of its blocks and the GLU's blocks
 // enter, issue their first copies and stage x while it still streams. H200, batch 1, same binary,
-// its dynamic shared memory padded by 70,000-80,000 bytes (int4) / 50,000 (fp8), which is what
-// one_block_smem sets (session 57): int4 554.5-555.4 -> 569.6-570.3 tok/s against the TMA ring
+// its dynamic shared memory padded by 70,000-80,000 bytes (int4) / 50,000 (fp8), one block an SM
+// as one_block_smem's ~77,500 / ~46,800 give (session 57): int4 554.5-555.4 -> 569.6-570.3 tok/s against the TMA ring
 // (the previous default, which it replaces there), 551.5-551.8 without either; per step the GLU's
 // advance 649 -> 568 us, the attention's 231 -> 203, the o GEMV's 174 -> 229; fp8 411.5-412.3 ->
 // 425.3-426.0. Not measured on an H100, where session 49's grid of one block an SM (a grid cap,
