@@ -4,6 +4,7 @@
 // for slices of the next GEMV's matrices (cp.async.bulk.prefetch.L2: l2_prefetch.cuh), so that the
 // next GEMV, whose blocks enter only as these leave, reads them from L2 instead of waiting on DRAM
 // after this GEMV's tail. A hint: results are the same with or without it.
+#include "backend/cuda/gpu_kind.h"
 #include "core/dtype.h"
 
 #include <cstdint>
@@ -50,9 +51,7 @@ inline L2Prefetch l2_prefetch_plan(L2Prefetch p, uint32_t n_slices) {
 // H100 only (docs/CUDA_NOTES.md "Session 41": bf16 =2 +0.7%, and again in session 54); on an H200
 // it loses (session 42: bf16 243.1 against 243.9 tok/s, int4 564.4 against 566.0, and no cap from
 // 1 to 16 MiB gains), so every other GPU runs without it.
-inline bool l2_prefetch_pays_on(std::string_view gpu_name) {
-  return gpu_name.find("H100") != std::string_view::npos;
-}
+inline bool l2_prefetch_pays_on(std::string_view gpu_name) { return gpu_is_h100(gpu_name); }
 
 // The mode a GEMV of weights wtype gets by default where the prefetch pays (l2_prefetch_pays_on):
 // 0 off, 1 the batch-1 down GEMV prefetches the q/k/v GEMV after it, 2 every GEMV its successor,

@@ -36,6 +36,7 @@
 //     1152 + q, minus 1152 is q exactly (i8x2_to_f16x2); x staged as F16 (unscaled) in fp8's
 //     order; the row scale in the epilogue.
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gpu_kind.h"
 #include "backend/cuda/hold_gate.cuh"
 #include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/mma_util.cuh"
@@ -1122,6 +1123,29 @@ bool two_units_a_wait(int S) {
   return pair_env < 0 ? S == 1 : pair_env == 1;
 }
 
+// EMBER_CUDA_QGEMV_GATE_ONE (1 on, 0 off; unset: on except on an H100): the gated o GEMV of int4
+// and fp8 weights at one block an SM (one_block_smem), its 256 tiles over 132 blocks. It waits at
+// the attention's start gate, so it is the one GEMV that runs beside another kernel; with one
+// block an SM (and room left) the attention runs beside fewer of its blocks and the GLU's blocks
+// enter, issue their first copies and stage x while it still streams. H200, batch 1, same binary,
+// its dynamic shared memory padded by 70,000-80,000 bytes (int4) / 50,000 (fp8), one block an SM
+// as one_block_smem's ~77,500 / ~46,800 give (session 57): int4 554.5-555.4 -> 569.6-570.3 tok/s
+// against the TMA ring (the previous default, which it replaces there), 551.5-551.8 without
+// either; per step the GLU's advance 649 -> 568 us, the attention's 231 -> 203, the o GEMV's 174
+// -> 229; fp8 411.5-412.3 -> 425.3-426.0. Not measured on an H100, where session 49's grid of one
+// block an SM (a grid cap, not a residency bound) lost 3.8% / 2.5%: there the TMA ring stays
+// (session 56, +2.3% int4). Not int8 (its o projection takes no gated kernel by default).
+bool gate_one_block(QFormat f) {
+  static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_ONE", -1);
+  static const bool h100 = [] {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
+           gpu_is_h100(prop.name);
+  }();
+  return (env >= 0 ? env != 0 : !h100) && f != QFormat::Int8;
+}
+
 // EMBER_CUDA_QGEMV_TMA: which staged GEMVs of int4 and fp8 weights without a cluster split take
 // the TMA ring (kTma) where one is built for their shape (launch_typed_tma), a sum of kTmaGlu,
 // kTmaPlain, kTmaRope, kTmaGate (15: all; 0: none) for both formats. Unset: int4's gated o GEMV
@@ -1130,7 +1154,6 @@ bool two_units_a_wait(int S) {
 // us a layer); q/k/v with the rope +0.8%, the two together +0.3%, the GLU -1.5%, the plain GEMVs
 // (down, lm_head) -5.5%; fp8's gated o -0.5%, all of fp8's -4.4%.
 constexpr int kTmaGlu = 1, kTmaPlain = 2, kTmaRope = 4, kTmaGate = 8;
-bool gate_one_block(QFormat f);
 bool tma_ring_on(QFormat f, int kind) {
   static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_TMA", -1);
   const int mask = env >= 0 ? env : f == QFormat::Int4 && !gate_one_block(f) ? kTmaGate : 0;
@@ -1140,29 +1163,6 @@ bool tma_ring_on(QFormat f, int kind) {
     return cudaGetDevice(&dev) == cudaSuccess && sm90a_kernels_run_on(dev);
   }();
   return (mask & kind) != 0 && device_ok;
-}
-
-// EMBER_CUDA_QGEMV_GATE_ONE (1 on, 0 off; unset: on except on an H100): the gated o GEMV of int4
-// and fp8 weights at one block an SM (one_block_smem), its 256 tiles over 132 blocks. It waits at
-// the attention's start gate, so it is the one GEMV that runs beside another kernel; with one
-// block an SM (and room left) the attention runs beside fewer of its blocks and the GLU's blocks
-// enter, issue their first copies and stage x while it still streams. H200, batch 1, same binary,
-// its dynamic shared memory padded by 70,000-80,000 bytes (int4) / 50,000 (fp8), one block an SM
-// as one_block_smem's ~77,500 / ~46,800 give (session 57): int4 554.5-555.4 -> 569.6-570.3 tok/s against the TMA ring
-// (the previous default, which it replaces there), 551.5-551.8 without either; per step the GLU's
-// advance 649 -> 568 us, the attention's 231 -> 203, the o GEMV's 174 -> 229; fp8 411.5-412.3 ->
-// 425.3-426.0. Not measured on an H100, where session 49's grid of one block an SM (a grid cap,
-// not a residency bound) lost 3.8% / 2.5%: there the TMA ring stays (session 56, +2.3% int4). Not
-// int8 (its o projection takes no gated kernel by default).
-bool gate_one_block(QFormat f) {
-  static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_ONE", -1);
-  static const bool h100 = [] {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
-           std::strstr(prop.name, "H100") != nullptr;
-  }();
-  return (env >= 0 ? env != 0 : !h100) && f != QFormat::Int8;
 }
 
 // The TMA ring's map of a packed matrix [m rows, row_bytes] (boxes of 64 bytes x 8 rows, no
