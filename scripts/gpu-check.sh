@@ -149,15 +149,18 @@ if (( run_tests )); then
   note "backend-ops tests: rc=$rc, $passed passed, $failed failed lines"
   (( rc != 0 )) && status=1
   # The packed GEMVs again: the TMA ring everywhere it is built / nowhere (default: int4's gated o
-  # GEMV where it does not run at one block an SM), and the gated o GEMV at one block an SM / at
-  # its own residency (default: not on an H100).
+  # GEMV where it does not run at one block an SM), the gated o GEMV at one block an SM / at its
+  # own residency (default: not on an H100), and on twin 32-row tiles (opt-in).
   for setting in "EMBER_CUDA_QGEMV_TMA=15:CudaQuant.*" "EMBER_CUDA_QGEMV_TMA=0:CudaQuant.*" \
-    "EMBER_CUDA_QGEMV_GATE_ONE=1:CudaQuant.Gemv*" "EMBER_CUDA_QGEMV_GATE_ONE=0:CudaQuant.Gemv*"; do
-    var=${setting%%:*} tag=${var#EMBER_CUDA_QGEMV_}
+    "EMBER_CUDA_QGEMV_GATE_ONE=1:CudaQuant.Gemv*" "EMBER_CUDA_QGEMV_GATE_ONE=0:CudaQuant.Gemv*" \
+    "EMBER_CUDA_QGEMV_GATE_ONE=1,EMBER_CUDA_QGEMV_GATE_TWIN=3:CudaQuant.GemvGate*"; do
+    var=${setting%%:*} tag=${setting%%:*}
+    tag=${tag//EMBER_CUDA_QGEMV_/} && tag=${tag//[^A-Za-z0-9]/_}
+    IFS=, read -r -a vars <<<"$var"
     echo "== packed GEMV tests with $var"
-    env "$var" "$test_bin" --gtest_filter="${setting#*:}" >"$logs/test_${tag//=/_}.log" 2>&1
+    env "${vars[@]}" "$test_bin" --gtest_filter="${setting#*:}" >"$logs/test_$tag.log" 2>&1
     rc=$?
-    note "GEMV tests, $var: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_${tag//=/_}.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_${tag//=/_}.log") failed lines"
+    note "GEMV tests, $var: rc=$rc, $(grep -c "^\[       OK \]" "$logs/test_$tag.log") passed, $(grep -c "^\[  FAILED  \]" "$logs/test_$tag.log") failed lines"
     (( rc != 0 )) && status=1
   done
   if (( model )); then

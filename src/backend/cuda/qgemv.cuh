@@ -220,5 +220,8 @@ bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm);
 // at a start gate (one row, no norm, no cluster; int4 on the 4-unit ring, fp8 / int8 on the 8-unit
 // ring two units a wait).
 bool qgemv_staged_gate_path(QFormat f, int n, int64_t k, bool norm);
+// Whether that gated kernel runs a one-matrix GEMV of f on 32-row tiles as two streams
+// (EMBER_CUDA_QGEMV_GATE_TWIN, where it runs at one block an SM; tests).
+bool qgemv_staged_gate_twin(QFormat f);
 
 }  // namespace ember::cuda

@@ -319,9 +319,11 @@ __device__ __forceinline__ TileOut tile_out(const Args& A, int tile, int64_t red
 
 // (pointing at this warp's first unit of the block's slice, which starts at unit u_off; lane t's
 // 16 bytes)
-template <int S, bool kRope = false, typename Args>
+// kTwin: S streams of one matrix, tile = S x 16 consecutive rows (stream s: rows 16 s..16 s + 15),
+// whose int4 scales past the matrix's last 16-row tile read that tile's (their rows are not stored).
+template <int S, bool kRope = false, bool kTwin = false, typename Args>
 __device__ __forceinline__ void tile_ptrs(const Args& A, int tile, int g, int t, int warp, int u_off, TilePtrs<S>& p) {
-  const Seg sg = seg_of<S == 2>(A, tile);
+  const Seg sg = seg_of<S == 2 && !kTwin>(A, tile);
   if constexpr (kRope) {  // (S == 1; int4: lanes 0 and 1 copy the scales of rows 0..7 and 8..15 of the tile)
     const int si = seg_index(A, tile), tl = tile - sg.t0;
     const int64_t r_lo = min(rope_tile_row(A.rope, si, tl, g), sg.m - 1);
@@ -333,16 +335,18 @@ __device__ __forceinline__ void tile_ptrs(const Args& A, int tile, int g, int t,
                                            u_off + warp);
     return;
   }
-  const int64_t row0 = static_cast<int64_t>(tile - sg.t0) * 16;
-  const int64_t r_lo = min(row0 + g, sg.m - 1), r_hi = min(row0 + g + 8, sg.m - 1);
+  const int64_t row0 = static_cast<int64_t>(tile - sg.t0) * (kTwin ? 16 * S : 16);
 #pragma unroll
   for (int s = 0; s < S; ++s) {
-    const uint8_t* w = s == 0 ? sg.w : A.w[1];
-    const void* sc = s == 0 ? sg.sc : A.scales[1];
+    const int64_t rs = kTwin ? row0 + 16 * s : row0;
+    const int64_t r_lo = min(rs + g, sg.m - 1), r_hi = min(rs + g + 8, sg.m - 1);
+    const int64_t r_sc = kTwin ? min(rs, (sg.m - 1) / 16 * 16) : rs;
+    const uint8_t* w = s == 0 || kTwin ? sg.w : A.w[1];
+    const void* sc = s == 0 || kTwin ? sg.sc : A.scales[1];
     p.lo[s] = w + r_lo * A.row_bytes + (u_off + warp) * 64 + t * 16;
     p.hi[s] = w + r_hi * A.row_bytes + (u_off + warp) * 64 + t * 16;
     p.sc[s] = static_cast<const uint8_t*>(sc) +
-              2 * qweight_int4_scale_index(A.n_units, row0, u_off + warp) + (g == 0 && t < 2 ? t * 16 : 0);
+              2 * qweight_int4_scale_index(A.n_units, r_sc, u_off + warp) + (g == 0 && t < 2 ? t * 16 : 0);
   }
 }
 
@@ -746,15 +750,20 @@ __device__ __forceinline__ void rope_store(const SArgsRope& A, int si, const Til
 // kNext: the L2 prefetch of the next GEMV's weights (L2Prefetch; plain GEMVs, no cluster).
 // kGate: the ring's first copies wait at a decode attention's start gate (SArgsGate; plain
 // GEMVs, no cluster).
+// kTwin: a plain GEMV (one segment) on tiles of S x 16 rows, stream s the tile's rows 16 s ..
+// 16 s + 15 (tile_ptrs), so that S 16-row tiles are in flight from a block's start.
 template <QFormat F, int S, int P, int R, bool kCl, XStage X, bool kRope = false, bool kNext = false,
-          bool kGate = false, bool kTma = false>
+          bool kGate = false, bool kTma = false, bool kTwin = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     qgemv_staged_kernel(const __grid_constant__ KArgs<kRope, kNext, kGate, kTma> A) {
   static_assert(!kRope || (S == 1 && !kCl), "the rope epilogue: plain GEMVs without the cluster split");
   static_assert(!kNext || (S == 1 && !kCl && !kRope), "the prefetch: plain GEMVs without the cluster split");
-  static_assert(!kGate || (S == 1 && !kCl && !kRope && !kNext), "the gate: plain GEMVs without the cluster split");
+  static_assert(!kGate || ((S == 1 || kTwin) && !kCl && !kRope && !kNext),
+                "the gate: plain GEMVs without the cluster split");
+  static_assert(!kTwin || (S == 2 && !kCl && !kRope && !kNext && !kTma && X == XStage::Plain),
+                "twin tiles: plain GEMVs, two streams");
   static_assert(!kTma || (!kCl && !kNext), "the TMA ring: no cluster split, no prefetch");
-  constexpr bool kGlu = S == 2;
+  constexpr bool kGlu = S == 2 && !kTwin;
   constexpr int U = SFmt<F>::kUnit;
   constexpr int kStages = stages<S, R>();
   extern __shared__ __align__(16) uint8_t smem_all[];
@@ -808,7 +817,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   TilePtrs<S> lp;
   TmaTile<S> tt;
   if constexpr (kTma) tma_tile<S, kRope>(A, tile, warp, u_off, tt);
-  else tile_ptrs<S, kRope>(A, tile, g, t, warp, u_off, lp);
+  else tile_ptrs<S, kRope, kTwin>(A, tile, g, t, warp, u_off, lp);
   if constexpr (kGate) hold_gate_pass(A.gate, A.gate_arrivals);
 #pragma unroll
   for (int p = 0; p < kStages; ++p) {
@@ -865,11 +874,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     // latency while the other warps sat at the barrier (H200 ncu, fp8 lm_head GEMV: 15% of the
     // stall samples on the scale, 24% at the barrier).
     float row_scale[S], bias_v = 0.0f, out_v = 0.0f;
+    float twin_bias[S], twin_out[S];  // (kTwin: stream s's bias_v and out_v)
+#pragma unroll
+    for (int s = 0; s < S; ++s) twin_bias[s] = twin_out[s] = 0.0f;
     float rope_pos = 0.0f, rope_freq = 0.0f;  // kRope: the row's position and frequency, its slot
     int32_t rope_slot = -1;
 #pragma unroll
     for (int s = 0; s < S; ++s) row_scale[s] = 1.0f;
-    if (threadIdx.x < 128 && owner) {
+    if (kTwin && threadIdx.x < 128) {
+      const Seg sg = seg_of<false>(A, tile);
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const int64_t row = static_cast<int64_t>(tile) * 16 * S + 16 * s + red_row;
+        if (row < sg.m && red_col < A.n) {
+          if constexpr (F != QFormat::Int4) row_scale[s] = __ldg(static_cast<const float*>(sg.sc) + row);
+          if (sg.bias) twin_bias[s] = __ldg(sg.bias + row);
+          if (sg.accumulate) twin_out[s] = sg.out[red_col * sg.m + row];
+        }
+      }
+    } else if (threadIdx.x < 128 && owner) {
       const TileOut t = tile_out<kGlu, kRope>(A, tile, red_row, red_col);
       const Seg& sg = t.sg;
       const int64_t row = t.row;
@@ -904,7 +927,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       const int nc = last ? 0 : c + 1;
       if (last && ntile < n_tiles) {
         if constexpr (kTma) tma_tile<S, kRope>(A, ntile, warp, u_off, tt);
-        else tile_ptrs<S, kRope>(A, ntile, g, t, warp, u_off, lp);
+        else tile_ptrs<S, kRope, kTwin>(A, ntile, g, t, warp, u_off, lp);
       }
       if constexpr (kNext) {  // (the block's last chunk: every copy of its own issued)
         if (A.next.when == 0 && last && ntile >= n_tiles && threadIdx.x == 0)
@@ -966,6 +989,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         const float y = z + bias_v;
         const float other = __shfl_xor_sync(0xffffffffu, y, 2);
         if (t.inside) rope_store(A, seg_index(A, tile), t, y, other, red_row < 8, rope_pos, rope_freq, rope_slot);
+      }
+    } else if constexpr (kTwin) {
+      if (threadIdx.x < 128) {
+        const int l = threadIdx.x / 4, v = threadIdx.x % 4;
+        const Seg sg = seg_of<false>(A, tile);
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const int64_t row = static_cast<int64_t>(tile) * 16 * S + 16 * s + red_row;
+          float z = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) z += (&red[buf][w][l][s].x)[v];
+          if constexpr (F != QFormat::Int4) z *= row_scale[s] * SFmt<F>::kSumScale;
+          const float y = z + twin_bias[s];
+          if (row < sg.m && red_col < A.n) sg.out[red_col * sg.m + row] = sg.accumulate ? twin_out[s] + y : y;
+        }
       }
     } else if constexpr (!kCl) {
       if (threadIdx.x < 128) {
@@ -1144,6 +1182,16 @@ bool gate_one_block(QFormat f) {
            gpu_is_h100(prop.name);
   }();
   return (env >= 0 ? env != 0 : !h100) && f != QFormat::Int8;
+}
+
+// EMBER_CUDA_QGEMV_GATE_TWIN (A/B; 1 int4, 2 fp8, 3 both; unset or 0 neither): where the gated o
+// GEMV runs at one block an SM (gate_one_block), it takes tiles of 32 rows as two streams of 16
+// (kTwin) on the 8-unit ring: int4's two tiles a block are in flight from its start, where the
+// 4-unit ring issues the second tile's copies only as the first's are consumed (session 57's
+// traces: that GEMV's advance 174 -> 229 us a step at one block an SM); fp8 holds half of each.
+bool gate_twin(QFormat f) {
+  static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_TWIN", 0);
+  return (f == QFormat::Int4 && (env & 1) != 0) || (f == QFormat::Fp8 && (env & 2) != 0);
 }
 
 // EMBER_CUDA_QGEMV_TMA: which staged GEMVs of int4 and fp8 weights without a cluster split take
@@ -1376,6 +1424,20 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 // reason.)
 cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
   const bool one = gate_one_block(f);
+  if (one && A.n_segs == 1 && gate_twin(f) && !tma_ring_on(f, kTmaGate)) {
+    constexpr XStage kX = XStage::Plain;
+    auto kernel = qgemv_staged_kernel<QFormat::Int4, 2, 1, 8, false, kX, false, false, true, false, true>;
+    if (f == QFormat::Fp8) kernel = qgemv_staged_kernel<QFormat::Fp8, 2, 1, 8, false, kX, false, false, true, false, true>;
+    SArgsGate T = A;
+    T.n_tiles = T.tile_end[0] = static_cast<int>((A.m[0] + 31) / 32);
+    const int per_round = kWarps * 8 / 2;  // units of a tile per pipeline round (S = 2)
+    T.n_chunks = (T.units_local + per_round - 1) / per_round;
+    const size_t smem = one_block_smem(staged_smem(f, 8, A.n, A.k), 2);
+    const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
+    if (resident <= 0) return cudaErrorInvalidConfiguration;
+    return launch_kernel(kernel, dim3(T.n_tiles < resident ? T.n_tiles : resident), dim3(kWarps * 32), smem, stream,
+                         pdl, T);
+  }
   if (tma_ring_on(f, kTmaGate)) {
     cudaError_t err = cudaSuccess;
     if (f == QFormat::Int4 && launch_tma<QFormat::Int4, 1, 1, 4, XStage::Plain, false, true>(A, pdl, stream, err, one))
@@ -1424,6 +1486,8 @@ bool qgemv_staged_rope_path(QFormat f, int n, int64_t k, bool norm) {
 bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
   return prefetch_kernel_takes(choose_staged(f, false, norm, n, k, 0), n, norm);
 }
+
+bool qgemv_staged_gate_twin(QFormat f) { return gate_one_block(f) && gate_twin(f) && !tma_ring_on(f, kTmaGate); }
 
 bool qgemv_staged_gate_path(QFormat f, int n, int64_t k, bool norm) {
   return gate_kernel_takes(choose_staged(f, false, norm, n, k, 0), f, n, norm);
