@@ -3,8 +3,9 @@
 # the packed GEMV tests under its settings, then same-call A/B of batch-1 decode (ab-speed.sh) with
 # it at one block an SM (EMBER_CUDA_QGEMV_GATE_ONE; the default except on an H100), at its own
 # residency, on twin 32-row tiles (EMBER_CUDA_QGEMV_GATE_TWIN: 1 int4, 2 fp8), and int4 on the TMA
-# ring at one block an SM; CUPTI traces of int4 with and without the twin tiles; bf16 and int8
-# once. BIN_TAR (pack-device.sh) holds ember, test_cuda_backend, libember_cupti_trace.so and
+# ring at one block an SM; the TMA ring on q/k/v (mask 4) and on the GLU (mask 1, int4), measured
+# on an H100 only (session 56); CUPTI traces of int4 with and without the twin tiles; bf16 and
+# int8 once. BIN_TAR (pack-device.sh) holds ember, test_cuda_backend, libember_cupti_trace.so and
 # optionally PEER, another build's ember (e.g. HEAD's before a change, as ember-h), run beside.
 #
 #   bench/cuda/pack-device.sh .devdeps/g ember test_cuda_backend libember_cupti_trace.so
@@ -14,16 +15,19 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${LOG_DIR:-$OUT}
-G=EMBER_CUDA_QGEMV_GATE_ONE T=EMBER_CUDA_QGEMV_GATE_TWIN
+G=EMBER_CUDA_QGEMV_GATE_ONE T=EMBER_CUDA_QGEMV_GATE_TWIN M=EMBER_CUDA_QGEMV_TMA
 peer=()
 [[ -n ${PEER:-} ]] && peer=("$PEER")
 export ROUNDS=${ROUNDS:-2}
+# A TMA mask replaces the default one: on an H100 int4's default is 8 (its gated o GEMV), kept here.
+h100=0
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && h100=8
 TESTS="test_cuda_backend" \
   TEST_ENV="GTEST_FILTER=CudaQuant.* GTEST_FILTER=CudaQuant.Gemv*,$G=1,$T=3 GTEST_FILTER=CudaQuant.Gemv*,$G=0 \
 GTEST_FILTER=CudaQuant.GemvGate*,$G=1,$T=3,EMBER_CUDA_QGEMV_TMA=8" \
-  RUNS="${peer[*]} ember ember:$G=0 ember:$G=1 ember:$G=1,$T=1 ember:$G=1,EMBER_CUDA_QGEMV_TMA=8" FORMATS=int4 \
+  RUNS="${peer[*]} ember ember:$G=0 ember:$G=1 ember:$G=1,$T=1 ember:$G=1,$M=8 ember:$M=$((h100 + 4)) ember:$M=$((h100 + 1))" FORMATS=int4 \
   TRACES="${TRACES-int4:ember int4:ember:$G=1,$T=1}" LOG_DIR=$out bash "$root/bench/cuda/ab-speed.sh"
-RUNS="${peer[*]} ember ember:$G=0 ember:$G=1 ember:$G=1,$T=2" FORMATS=fp8 SETUP= LOG_DIR=$out/fp8 \
+RUNS="${peer[*]} ember ember:$G=0 ember:$G=1 ember:$G=1,$T=2 ember:$M=4" FORMATS=fp8 SETUP= LOG_DIR=$out/fp8 \
   bash "$root/bench/cuda/ab-speed.sh"
 RUNS="ember" FORMATS="bf16 int8" ROUNDS=1 SETUP= LOG_DIR=$out/other bash "$root/bench/cuda/ab-speed.sh"
 for f in "$out"/trace-*.txt; do
