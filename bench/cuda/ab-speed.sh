@@ -70,6 +70,9 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     done
   done
 done
+# Each spec's rounds, mean and change against the format's first spec.
+echo "== tok/s by run (ab_summary.py)"
+python3 "$root/bench/cuda/ab_summary.py" "$logs/summary.txt" | tee "$logs/ab-table.txt"
 # FORMAT:NAME[:VAR=VALUE[,...]] -> f, name, envs, tag (a TRACES / PROBES entry).
 parse_spec() {
   local rest=${1#*:}
