@@ -154,8 +154,8 @@ if (( run_tests )); then
   for setting in "EMBER_CUDA_QGEMV_TMA=15:CudaQuant.*" "EMBER_CUDA_QGEMV_TMA=0:CudaQuant.*" \
     "EMBER_CUDA_QGEMV_GATE_ONE=1:CudaQuant.Gemv*" "EMBER_CUDA_QGEMV_GATE_ONE=0:CudaQuant.Gemv*" \
     "EMBER_CUDA_QGEMV_GATE_ONE=1,EMBER_CUDA_QGEMV_GATE_TWIN=3:CudaQuant.GemvGate*"; do
-    var=${setting%%:*} tag=${setting%%:*}
-    tag=${tag//EMBER_CUDA_QGEMV_/} && tag=${tag//[^A-Za-z0-9]/_}
+    var=${setting%%:*}
+    tag=${var//EMBER_CUDA_QGEMV_/} && tag=${tag//[^A-Za-z0-9]/_}
     IFS=, read -r -a vars <<<"$var"
     echo "== packed GEMV tests with $var"
     env "${vars[@]}" "$test_bin" --gtest_filter="${setting#*:}" >"$logs/test_$tag.log" 2>&1
