@@ -6,10 +6,11 @@
 # ring at one block an SM; the TMA ring on q/k/v (mask 4) and on the GLU (mask 1, int4), measured
 # on an H100 only (session 56); CUPTI traces of int4 with and without the twin tiles; bf16 and
 # int8 once. BIN_TAR (pack-device.sh) holds ember, test_cuda_backend, libember_cupti_trace.so and
-# optionally PEER, another build's ember (e.g. HEAD's before a change, as ember-h), run beside.
+# optionally PEER, another build's ember run beside (e.g. qgemv_staged.cu before the twin tiles:
+# `bench/cuda/peer-build.sh 4408f1c /tmp/peer qgemv_staged.cu`, its ember-peer in the tar).
 #
-#   bench/cuda/pack-device.sh .devdeps/g ember test_cuda_backend libember_cupti_trace.so
-#   BIN_TAR=.devdeps/g/bins.tar.xz DEB_DIR=.devdeps/g/debs SETUP=1 bench/cuda/gate-check.sh
+#   bench/cuda/pack-device.sh .devdeps/g ember test_cuda_backend libember_cupti_trace.so [ember-peer]
+#   BIN_TAR=.devdeps/g/bins.tar.xz DEB_DIR=.devdeps/g/debs SETUP=1 [PEER=ember-peer] bench/cuda/gate-check.sh
 #
 # LOG_DIR (default $OUT) gets the logs; the summaries print to stdout.
 set -uo pipefail

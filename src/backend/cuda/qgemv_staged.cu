@@ -1186,9 +1186,11 @@ bool gate_one_block(QFormat f) {
 
 // EMBER_CUDA_QGEMV_GATE_TWIN (A/B; 1 int4, 2 fp8, 3 both; unset or 0 neither): where the gated o
 // GEMV runs at one block an SM (gate_one_block), it takes tiles of 32 rows as two streams of 16
-// (kTwin) on the 8-unit ring: int4's two tiles a block are in flight from its start, where the
+// (kTwin): int4's two tiles a block are in flight from its start on the 8-unit ring, where the
 // 4-unit ring issues the second tile's copies only as the first's are consumed (session 57's
-// traces: that GEMV's advance 174 -> 229 us a step at one block an SM); fp8 holds half of each.
+// traces: that GEMV's advance 174 -> 229 us a step at one block an SM); fp8, whose 8-unit ring
+// holds one tile, on a 12-unit ring (96 KiB in flight an SM instead of 64; still room for a GLU
+// block beside it).
 bool gate_twin(QFormat f) {
   static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_TWIN", 0);
   return (f == QFormat::Int4 && (env & 1) != 0) || (f == QFormat::Fp8 && (env & 2) != 0);
@@ -1425,14 +1427,16 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
   const bool one = gate_one_block(f);
   if (one && A.n_segs == 1 && gate_twin(f) && !tma_ring_on(f, kTmaGate)) {
+    // (int4: the 8-unit ring, both 16-row tiles whole; fp8: 12 units, 6 of each tile's 8 a warp)
     constexpr XStage kX = XStage::Plain;
     auto kernel = qgemv_staged_kernel<QFormat::Int4, 2, 1, 8, false, kX, false, false, true, false, true>;
-    if (f == QFormat::Fp8) kernel = qgemv_staged_kernel<QFormat::Fp8, 2, 1, 8, false, kX, false, false, true, false, true>;
+    if (f == QFormat::Fp8) kernel = qgemv_staged_kernel<QFormat::Fp8, 2, 1, 12, false, kX, false, false, true, false, true>;
+    const int ring = f == QFormat::Fp8 ? 12 : 8;
     SArgsGate T = A;
     T.n_tiles = T.tile_end[0] = static_cast<int>((A.m[0] + 31) / 32);
-    const int per_round = kWarps * 8 / 2;  // units of a tile per pipeline round (S = 2)
+    const int per_round = kWarps * ring / 2;  // units of a tile per pipeline round (S = 2)
     T.n_chunks = (T.units_local + per_round - 1) / per_round;
-    const size_t smem = one_block_smem(staged_smem(f, 8, A.n, A.k), 2);
+    const size_t smem = one_block_smem(staged_smem(f, ring, A.n, A.k), 2);
     const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
     if (resident <= 0) return cudaErrorInvalidConfiguration;
     return launch_kernel(kernel, dim3(T.n_tiles < resident ? T.n_tiles : resident), dim3(kWarps * 32), smem, stream,
