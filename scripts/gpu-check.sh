@@ -150,7 +150,7 @@ if (( run_tests )); then
   (( rc != 0 )) && status=1
   # The packed GEMVs again: the TMA ring everywhere it is built / nowhere (default: int4's gated o
   # GEMV where it does not run at one block an SM), the gated o GEMV at one block an SM / at its
-  # own residency (default: not on an H100), and on twin 32-row tiles (opt-in).
+  # own residency (default: not for int4 on an H100), and on twin 32-row tiles (opt-in).
   for setting in "EMBER_CUDA_QGEMV_TMA=15:CudaQuant.*" "EMBER_CUDA_QGEMV_TMA=0:CudaQuant.*" \
     "EMBER_CUDA_QGEMV_GATE_ONE=1:CudaQuant.Gemv*" "EMBER_CUDA_QGEMV_GATE_ONE=0:CudaQuant.Gemv*" \
     "EMBER_CUDA_QGEMV_GATE_ONE=1,EMBER_CUDA_QGEMV_GATE_TWIN=3:CudaQuant.GemvGate*"; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the batch-1 gated o GEMV (docs/CUDA_NOTES.md "Session 57", "Session 58"):
 # the packed GEMV tests under its settings, then same-call A/B of batch-1 decode (ab-speed.sh) with
-# it at one block an SM (EMBER_CUDA_QGEMV_GATE_ONE; the default except on an H100), at its own
+# it at one block an SM (EMBER_CUDA_QGEMV_GATE_ONE; the default except for int4 on an H100), at its own
 # residency, on twin 32-row tiles (EMBER_CUDA_QGEMV_GATE_TWIN: 1 int4, 2 fp8), and int4 on the TMA
 # ring at one block an SM; the TMA ring on q/k/v (mask 4) and on the GLU (mask 1, int4), measured
 # on an H100 only (session 56); CUPTI traces of int4 with and without the twin tiles; bf16 and

@@ -1161,8 +1161,8 @@ bool two_units_a_wait(int S) {
   return pair_env < 0 ? S == 1 : pair_env == 1;
 }
 
-// EMBER_CUDA_QGEMV_GATE_ONE (1 on, 0 off; unset: on except on an H100): the gated o GEMV of int4
-// and fp8 weights at one block an SM (one_block_smem), its 256 tiles over 132 blocks. It waits at
+// EMBER_CUDA_QGEMV_GATE_ONE (1 on, 0 off; unset: on except for int4 on an H100): the gated o GEMV of
+// int4 and fp8 weights at one block an SM (one_block_smem), its 256 tiles over 132 blocks. It waits at
 // the attention's start gate, so it is the one GEMV that runs beside another kernel; with one
 // block an SM (and room left) the attention runs beside fewer of its blocks and the GLU's blocks
 // enter, issue their first copies and stage x while it still streams. H200, batch 1, same binary,
@@ -1170,9 +1170,10 @@ bool two_units_a_wait(int S) {
 // as one_block_smem's ~77,500 / ~46,800 give (session 57): int4 554.5-555.4 -> 569.6-570.3 tok/s
 // against the TMA ring (the previous default, which it replaces there), 551.5-551.8 without
 // either; per step the GLU's advance 649 -> 568 us, the attention's 231 -> 203, the o GEMV's 174
-// -> 229; fp8 411.5-412.3 -> 425.3-426.0. Not measured on an H100, where session 49's grid of one
-// block an SM (a grid cap, not a residency bound) lost 3.8% / 2.5%: there the TMA ring stays
-// (session 56, +2.3% int4). Not int8 (its o projection takes no gated kernel by default).
+// -> 229; fp8 411.5-412.3 -> 425.3-426.0. H100, same binary, this form (session 58, two calls,
+// 5 rounds): fp8 336.6-336.8 -> 338.9-339.1 (+0.7%), int4 510.5-510.8 with the TMA ring (its
+// H100 default, session 56) -> 508.7-508.9 (-0.35%), so there int4 keeps the ring. Not int8 (its
+// o projection takes no gated kernel by default).
 bool gate_one_block(QFormat f) {
   static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_ONE", -1);
   static const bool h100 = [] {
@@ -1181,7 +1182,7 @@ bool gate_one_block(QFormat f) {
     return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
            gpu_is_h100(prop.name);
   }();
-  return (env >= 0 ? env != 0 : !h100) && f != QFormat::Int8;
+  return (env >= 0 ? env != 0 : !h100 || f == QFormat::Fp8) && f != QFormat::Int8;
 }
 
 // EMBER_CUDA_QGEMV_GATE_TWIN (A/B; 1 int4, 2 fp8, 3 both; unset or 0 neither): where the gated o
