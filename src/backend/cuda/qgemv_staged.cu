@@ -1191,7 +1191,10 @@ bool gate_one_block(QFormat f) {
 // 4-unit ring issues the second tile's copies only as the first's are consumed (session 57's
 // traces: that GEMV's advance 174 -> 229 us a step at one block an SM); fp8, whose 8-unit ring
 // holds one tile, on a 12-unit ring (96 KiB in flight an SM instead of 64; still room for a GLU
-// block beside it).
+// block beside it). H100, same binary (session 58, 5 rounds): int4 508.0-510.5 tok/s against one
+// block's 508.7-508.9 and the TMA ring's 510.5-510.8 (per step the o GEMV's advance 173 -> 241 us
+// against the ring, the GLU's 780 -> 718); fp8 333.7-333.8 against one block's 338.9-339.1. Not
+// run on an H200, where one block an SM gained most (session 57).
 bool gate_twin(QFormat f) {
   static const int env = qgemm_detail::env_int("EMBER_CUDA_QGEMV_GATE_TWIN", 0);
   return (f == QFormat::Int4 && (env & 1) != 0) || (f == QFormat::Fp8 && (env & 2) != 0);
