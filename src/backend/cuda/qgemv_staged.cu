@@ -1219,6 +1219,10 @@ bool tma_ring_on(QFormat f, int kind) {
   return (mask & kind) != 0 && device_ok;
 }
 
+// Whether the gated o GEMV of f runs on twin tiles: asked for, at one block an SM, and not taken by
+// the TMA ring (launch_gate_staged tries that first otherwise).
+bool gate_twin_on(QFormat f) { return gate_twin(f) && gate_one_block(f) && !tma_ring_on(f, kTmaGate); }
+
 // The TMA ring's map of a packed matrix [m rows, row_bytes] (boxes of 64 bytes x 8 rows, no
 // swizzle: the box lands in load_stage's layout).
 bool staged_weight_map(CUtensorMap* map, const void* w, int64_t m, int64_t row_bytes) {
@@ -1401,11 +1405,11 @@ bool gate_kernel_takes(const StagedChoice& c, QFormat f, int n, bool norm) {
 
 // The grid of a kernel below (one row, no cluster): its tiles, at most the blocks the GPU holds at
 // once with a `ring`-unit ring and x in shared memory (smem, set); 0 where none fits.
-// (one_block: at one block an SM, one_block_smem.)
+// (one_block: at one block an SM, one_block_smem, for a kernel of S streams.)
 template <typename K>
-int one_wave_grid(K kernel, QFormat f, int ring, const SArgs& A, size_t& smem, bool one_block = false) {
+int one_wave_grid(K kernel, QFormat f, int ring, const SArgs& A, size_t& smem, bool one_block = false, int S = 1) {
   smem = staged_smem(f, ring, A.n, A.k);
-  if (one_block) smem = one_block_smem(smem, 1);
+  if (one_block) smem = one_block_smem(smem, S);
   const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
   return resident <= 0 ? 0 : A.n_tiles < resident ? A.n_tiles : resident;
 }
@@ -1430,7 +1434,7 @@ cudaError_t launch_next_staged(QFormat f, SArgsNext A, bool pdl, cudaStream_t st
 // reason.)
 cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStream_t stream) {
   const bool one = gate_one_block(f);
-  if (one && A.n_segs == 1 && gate_twin(f) && !tma_ring_on(f, kTmaGate)) {
+  if (A.n_segs == 1 && gate_twin_on(f)) {
     // (int4: the 8-unit ring, both 16-row tiles whole; fp8: 12 units, 6 of each tile's 8 a warp)
     constexpr XStage kX = XStage::Plain;
     auto kernel = qgemv_staged_kernel<QFormat::Int4, 2, 1, 8, false, kX, false, false, true, false, true>;
@@ -1440,11 +1444,10 @@ cudaError_t launch_gate_staged(QFormat f, const SArgsGate& A, bool pdl, cudaStre
     T.n_tiles = T.tile_end[0] = static_cast<int>((A.m[0] + 31) / 32);
     const int per_round = kWarps * ring / 2;  // units of a tile per pipeline round (S = 2)
     T.n_chunks = (T.units_local + per_round - 1) / per_round;
-    const size_t smem = one_block_smem(staged_smem(f, ring, A.n, A.k), 2);
-    const int resident = resident_blocks(kernel, smem, max_smem(f), 1);
-    if (resident <= 0) return cudaErrorInvalidConfiguration;
-    return launch_kernel(kernel, dim3(T.n_tiles < resident ? T.n_tiles : resident), dim3(kWarps * 32), smem, stream,
-                         pdl, T);
+    size_t smem = 0;
+    const int grid = one_wave_grid(kernel, f, ring, T, smem, /*one_block=*/true, /*S=*/2);
+    if (grid == 0) return cudaErrorInvalidConfiguration;
+    return launch_kernel(kernel, dim3(grid), dim3(kWarps * 32), smem, stream, pdl, T);
   }
   if (tma_ring_on(f, kTmaGate)) {
     cudaError_t err = cudaSuccess;
@@ -1495,7 +1498,7 @@ bool qgemv_staged_prefetch_path(QFormat f, int n, int64_t k, bool norm) {
   return prefetch_kernel_takes(choose_staged(f, false, norm, n, k, 0), n, norm);
 }
 
-bool qgemv_staged_gate_twin(QFormat f) { return gate_one_block(f) && gate_twin(f) && !tma_ring_on(f, kTmaGate); }
+bool qgemv_staged_gate_twin(QFormat f) { return gate_twin_on(f); }
 
 bool qgemv_staged_gate_path(QFormat f, int n, int64_t k, bool norm) {
   return gate_kernel_takes(choose_staged(f, false, norm, n, k, 0), f, n, norm);
