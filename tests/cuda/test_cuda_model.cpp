@@ -1194,6 +1194,43 @@ TEST(CudaModel, HoldGateChangesNothing) {
   }
 }
 
+// The batch-1 decode attention fused with the o projection (EMBER_CUDA_ATTN_O=1, attn_o.cuh) on
+// the checkpoint of EMBER_CUDA_TEST_MODEL (head_dim 128, 8 K/V heads: the shapes it takes; the
+// fixtures' head_dim 16 never takes it): a prompt and ten graph-captured decode steps give logits
+// within 1% (relative L2, each step) of the separate attention and o GEMV (=0), whose attention
+// rounds Q and P to F16 where the fused one keeps F32, and the fused kernel ran (launched in int4
+// and fp8, never with =0).
+TEST(CudaModel, AttnOFusedCloseToSeparate) {
+  SKIP_WITHOUT_GPU();
+  const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
+  if (!dir) GTEST_SKIP() << "set EMBER_CUDA_TEST_MODEL to a tools/make_cuda_bench_weights.py checkpoint";
+  const std::string path = dir;
+  const int n_prompt = 20, n_decode = 10, bpb = (n_prompt + n_decode + 15) / 16 + 1;
+  for (const char* format : {"int4", "fp8"}) {
+    auto b = load_runner_with(path, format, bpb, {{"EMBER_CUDA_ATTN_O", "0"}});
+    ASSERT_TRUE(b) << format;
+    const auto prompt = random_prompts(b->vocab_size(), 41, 1, n_prompt, 0);
+    const auto want = decode_logits(*b, prompt, n_decode, bpb);
+    ASSERT_FALSE(want.empty()) << format;
+    EXPECT_EQ(cuda_step(b->backend())->attn_o_launches(), 0u) << format << " with =0";
+    b.reset();
+    auto a = load_runner_with(path, format, bpb, {{"EMBER_CUDA_ATTN_O", "1"}});
+    ASSERT_TRUE(a) << format;
+    const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
+    ASSERT_EQ(got.size(), want.size()) << format;
+    for (size_t j = 0; j < want.size(); ++j) {
+      double num = 0, den = 0;
+      for (size_t i = 0; i < want[j].size(); ++i) {
+        const double e = double(got[j][i]) - want[j][i];
+        num += e * e;
+        den += double(want[j][i]) * want[j][i];
+      }
+      EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-2) << format << " step " << j;
+    }
+    EXPECT_GT(cuda_step(a->backend())->attn_o_launches(), 0u) << format << ": fused launches";
+  }
+}
+
 // Likewise the gate before a packed o GEMV (EMBER_CUDA_QGEMV_GATE; by default at point 2 for int4
 // and fp8, off for int8): int4, fp8 and int8 weights give the same logits bit for bit with the
 // gate (by default and at each point) as without it (=0), on the checkpoint of

@@ -4,6 +4,7 @@
 // cuBLASLt above) must match a double-precision product of x and those decoded weights; the
 // fused q/k/v and gate/up+GLU launches and get_rows of a packed table too. Random odd sizes,
 // outputs poisoned with NaN first.
+#include "backend/cuda/attn_o.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemm.cuh"
 #include "backend/cuda/qgemm_wg.cuh"
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <tuple>
 
@@ -1081,6 +1083,129 @@ TEST(CudaQuant, GemvGateChangesNothing) {
     }
   }
   cudaFree(words);
+}
+
+// The batch-1 decode attention fused with the o projection (attn_o.cuh) against a double-precision
+// attention of the same cache and the decoded packed o weights: the attention row it writes (F32)
+// and acc + round(row) @ w^T (x rounded to BF16 for int4, F16 for fp8, as the kernel feeds its
+// tensor cores). Paged cache with a shuffled block table, odd block sizes, GQA groups 1-8, m past a
+// whole 32-row tile, sliding window, soft-capping, F16 K/V, one key and 1,500 keys.
+TEST(CudaQuant, AttnOMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int n_heads, n_kv, len, block_size, window;
+    int64_t m;
+    float softcap;
+    DType kv;
+  };
+  const Case cases[] = {
+      {32, 8, 384, 16, 0, 4096, 0.0f, DType::BF16}, {32, 8, 37, 16, 20, 1000, 30.0f, DType::BF16},
+      {8, 2, 1, 7, 0, 200, 0.0f, DType::BF16},      {12, 4, 1500, 16, 0, 333, 0.0f, DType::F16},
+      {8, 1, 130, 5, 0, 64, 0.0f, DType::BF16},     {64, 8, 300, 16, 0, 520, 0.0f, DType::BF16},
+  };
+  int seed = 900;
+  for (const Case& c : cases) {
+    for (const char* f : {"int4", "fp8"}) {
+      const int d = 128, k = c.n_heads * d, group = c.n_heads / c.n_kv;
+      const std::string label = std::string(f) + " heads " + std::to_string(c.n_heads) + "/" +
+                                std::to_string(c.n_kv) + " len " + std::to_string(c.len) + " m " + std::to_string(c.m);
+      const int blocks = (c.len + c.block_size - 1) / c.block_size, pool = blocks + 3;
+      std::vector<int32_t> table(static_cast<size_t>(blocks));
+      for (int b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = (b * 7 + 3) % pool;  // (7 and pool coprime below)
+      if (std::gcd(7, pool) != 1)
+        for (int b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = pool - 1 - b;
+      const size_t cache_elems = static_cast<size_t>(pool) * c.block_size * c.n_kv * d;
+      std::vector<float> kh = random_floats(cache_elems, ++seed), vh = random_floats(cache_elems, ++seed, -2.0f, 2.0f);
+      for (auto& x : kh) x = cuda_test::round_to(c.kv, x);
+      for (auto& x : vh) x = cuda_test::round_to(c.kv, x);
+      const std::vector<float> q = random_floats(static_cast<size_t>(k), ++seed, -0.5f, 0.5f);
+      DevTensor kd = dev_tensor(c.kv, {static_cast<int64_t>(cache_elems)});
+      DevTensor vd = dev_tensor(c.kv, {static_cast<int64_t>(cache_elems)});
+      const auto kb = cuda_test::encode(c.kv, kh), vb = cuda_test::encode(c.kv, vh);
+      backend()->upload(kd.t.data, kb.data(), kb.size());
+      backend()->upload(vd.t.data, vb.data(), vb.size());
+      DevTensor qd = dev_floats(q, {1, k});
+      DevTensor outd = dev_tensor(DType::F32, {1, k});
+      DevTensor meta = dev_tensor(DType::I32, {2 + blocks});
+      std::vector<int32_t> mh = {c.len, 0};
+      mh.insert(mh.end(), table.begin(), table.end());
+      backend()->upload(meta.t.data, mh.data(), mh.size() * 4);
+      Packed w = make_packed(f, c.m, k, static_cast<uint32_t>(++seed));
+      const auto acc0 = random_floats(static_cast<size_t>(c.m), ++seed);
+      DevTensor accd = dev_floats(acc0, {1, c.m});
+      cuda::AttnOArgs a;
+      a.q = static_cast<const float*>(qd.t.data);
+      a.attn_out = static_cast<float*>(outd.t.data);
+      a.k = kd.t.data;
+      a.v = vd.t.data;
+      a.kv_type = c.kv;
+      a.seq_lens = static_cast<const int32_t*>(meta.t.data);
+      a.seq_ids = static_cast<const int32_t*>(meta.t.data) + 1;
+      a.block_tables = static_cast<const int32_t*>(meta.t.data) + 2;
+      a.max_blocks_per_seq = blocks;
+      a.block_size = c.block_size;
+      a.n_heads = c.n_heads;
+      a.n_kv_heads = c.n_kv;
+      a.scale = 0.3f;
+      a.softcap = c.softcap;
+      a.window = c.window;
+      a.max_kv = c.len + 5;
+      a.format = qformat(f);
+      a.w = w.t.data;
+      a.m = c.m;
+      a.acc = static_cast<float*>(accd.t.data);
+      a.pdl = false;
+      const bool fp8_too_big = std::string(f) == "fp8" && c.n_heads == 64;  // (256 KiB of o rows a block)
+      // Blocks of 512 threads (the default), then of 256 (EMBER_CUDA_ATTN_O_THREADS), from acc0 each.
+      for (const char* threads : {"512", "256"}) {
+        setenv("EMBER_CUDA_ATTN_O_THREADS", threads, 1);
+        const std::string tl = label + " threads " + threads;
+        backend()->upload(accd.t.data, acc0.data(), acc0.size() * sizeof(float));
+        const bool takes = cuda::attn_o_takes(a);
+        const bool launched = takes && cuda::launch_attn_o(a, nullptr) == cudaSuccess;
+        unsetenv("EMBER_CUDA_ATTN_O_THREADS");
+        ASSERT_EQ(takes, !fp8_too_big) << tl;
+        if (fp8_too_big) continue;
+        ASSERT_TRUE(launched) << tl;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << tl;
+        // The reference attention row.
+        std::vector<double> row(static_cast<size_t>(k));
+        const int t0 = c.window > 0 ? std::max(0, c.len - c.window) : 0;
+        for (int h = 0; h < c.n_heads; ++h) {
+          const int kv = h / group;
+          auto at = [&](int t, int i) {
+            return (static_cast<size_t>(table[static_cast<size_t>(t / c.block_size)]) * c.block_size + t % c.block_size) *
+                       c.n_kv * d + static_cast<size_t>(kv) * d + i;
+          };
+          std::vector<double> sc;
+          double mx = -1e300;
+          for (int t = t0; t < c.len; ++t) {
+            double dot = 0;
+            for (int i = 0; i < d; ++i) dot += double(q[static_cast<size_t>(h * d + i)]) * kh[at(t, i)];
+            dot *= 0.3;
+            if (c.softcap > 0) dot = c.softcap * std::tanh(dot / c.softcap);
+            sc.push_back(dot);
+            mx = std::max(mx, dot);
+          }
+          double sum = 0;
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int i = 0; i < d; ++i) {
+            double o = 0;
+            for (int t = t0; t < c.len; ++t) o += sc[static_cast<size_t>(t - t0)] * vh[at(t, i)];
+            row[static_cast<size_t>(h * d + i)] = o / sum;
+          }
+        }
+        const std::vector<float> got_row = download_floats(outd.t);
+        EXPECT_LE(rel(got_row, row), 1e-5) << tl << ": the attention row";
+        std::vector<float> x(static_cast<size_t>(k));
+        for (int i = 0; i < k; ++i) x[static_cast<size_t>(i)] = got_row[static_cast<size_t>(i)];
+        std::vector<double> ref = reference(x, w.dec, nullptr, 1, c.m, k, true,
+                                            std::string(f) == "int4" ? DType::BF16 : DType::F16);
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += acc0[i];
+        EXPECT_LE(rel(download_floats(accd.t), ref), 1e-4) << tl << ": acc";
+      }
+    }
+  }
 }
 
 // The L2 prefetch of the next GEMV's weights (L2Prefetch, EMBER_CUDA_NEXT_L2) is a hint: the

@@ -111,6 +111,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_ROPE")) be->gemv_rope_ = std::strcmp(v, "0") == 0 ? 0 : 1;
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
+  if (const char* v = std::getenv("EMBER_CUDA_ATTN_O")) be->attn_o_ = std::strcmp(v, "1") == 0;
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_WHEN")) be->next_l2_when_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
@@ -762,6 +763,7 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
       acc.device != Device::CUDA || acc.dtype != DType::F32)
     return false;
   check_matmul(x, w, nullptr, acc);
+  if (pat_.active && attn_o_project(x, w, acc)) return true;
   const int64_t n = x.n_rows(), k = x.n_cols(), m = w.n_rows();
   if (n == 0 || m == 0 || k == 0 ||
       overlaps(acc.data, acc.nbytes(), x.data, static_cast<size_t>(n * k) * sizeof(float)))
@@ -793,6 +795,45 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
   const Status st = lt_->matmul(DType::BF16, xb, w.data, acc.as<float>(), n, m, k, lt_ws_, kLtWorkspaceBytes,
                                 stream_, 0, 0, 0, /*accumulate=*/true);
   EMBER_CHECK(st.is_ok(), "matmul: {}", st.message());
+  return true;
+}
+
+bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) {
+  const PagedAttnArgs& g = pat_.args;
+  if (x.data != g.out || x.n_rows() != 1 || x.n_cols() != static_cast<int64_t>(g.n_heads) * g.head_dim ||
+      !(w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3) || acc.numel() != w.n_rows())
+    return false;
+  AttnOArgs a;
+  a.q = g.q;
+  a.attn_out = g.out;
+  a.k = g.k;
+  a.v = g.v;
+  a.kv_type = g.kv_type;
+  a.seq_lens = g.seq_lens;
+  a.block_tables = g.block_tables;
+  a.seq_ids = g.seq_ids;
+  a.max_blocks_per_seq = g.max_blocks_per_seq;
+  a.block_size = g.block_size;
+  a.n_heads = g.n_heads;
+  a.n_kv_heads = g.n_kv_heads;
+  a.scale = g.scale;
+  a.softcap = g.softcap;
+  a.window = g.window;
+  a.max_kv = g.max_kv;
+  a.format = qformat_of(w.dtype);
+  a.w = w.data;
+  a.m = w.n_rows();
+  a.acc = acc.as<float>();
+  const auto key = std::make_tuple(static_cast<int>(a.format), static_cast<int>(a.kv_type), a.n_heads, a.n_kv_heads,
+                                   a.max_kv, a.block_size, a.m);
+  auto it = attn_o_fits_.find(key);
+  if (it == attn_o_fits_.end()) it = attn_o_fits_.emplace(key, attn_o_takes(a)).first;
+  if (!it->second) return false;
+  pat_.active = false;
+  flush();  // (nothing else is pending after an attention: its own call flushed the rest)
+  EMBER_CUDA_CHECK(launch_attn_o(a, stream_));
+  ++attn_o_launches_;
+  last_gemv_wtype_ = w.dtype;
   return true;
 }
 
@@ -1202,6 +1243,14 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     const int64_t o_k = static_cast<int64_t>(p.n_heads) * p.head_dim;  // (the o GEMV's k; as m it only picks a kind)
     const int point = qgemv_gate_point_ >= 0 ? qgemv_gate_point_ : qf == QFormat::Int8 ? 0 : 2;
     if (point != 0 && qgemv_gate_takes(qf, 1, o_k, o_k, /*norm=*/false)) gate_point = point;
+  }
+  // One token of one sequence after a GEMV that did the rope: held back for the o projection,
+  // which may run it in its own kernel (attn_o_project); the next flush launches it otherwise.
+  if (attn_o_ && fuse_ && decode_alone && a.early_tiles && n_tokens == 1 && ids[0].size() == 1 && p.head_dim == 128 &&
+      (a.kv_type == DType::BF16 || a.kv_type == DType::F16) && p.n_kv_heads <= 8) {
+    const PagedAttnArgs ac = group_args(0);
+    pat_ = PendingAttention{true, ac, attention_pick(ac)};
+    return;
   }
   if (decode_alone && n_tokens == 1 && hold_gate_words_ && gate_point != 0 &&
       attention_decode_opens_gate(group_args(0), num_sms_)) {

@@ -76,6 +76,9 @@ class CudaStep {
   // counted as gemv_rope_launches is), and how many of their blocks went ahead because the gate
   // stayed shut for kHoldGateTimeoutNs (read from the device after the stream's work).
   virtual uint64_t hold_gate_launches() const = 0;
+  // Launches so far of the batch-1 decode attention fused with the o projection (attn_o.cuh,
+  // EMBER_CUDA_ATTN_O; counted as gemv_rope_launches is).
+  virtual uint64_t attn_o_launches() const = 0;
   virtual uint64_t hold_gate_timeouts() = 0;
 
   virtual Result<GpuMemoryInfo> memory_info() = 0;

@@ -42,6 +42,8 @@
 // format's (by default the packed GEMVs', and BF16's where the o projection is not held).
 // EMBER_CUDA_P2P_ALLREDUCE=0 sends a tensor-parallel group's small sums through NCCL too instead
 // of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attn_o.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -58,6 +60,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -124,6 +127,7 @@ class CudaBackend final : public Backend, public CudaStep {
   uint64_t gemv_rope_launches() const override { return gemv_rope_launches_; }
   uint64_t next_l2_launches() const override { return next_l2_launches_; }
   uint64_t hold_gate_launches() const override { return hold_gate_launches_; }
+  uint64_t attn_o_launches() const override { return attn_o_launches_; }
   uint64_t hold_gate_timeouts() override;
   Result<GpuMemoryInfo> memory_info() override;
   void make_current() override { cudaSetDevice(device_); }
@@ -166,6 +170,9 @@ class CudaBackend final : public Backend, public CudaStep {
 
   // Deferred launches (see the file comment).
   void flush();
+  // The o projection x @ w^T into acc with the held batch-1 decode attention (pat_) whose output
+  // x is, as one kernel (attn_o.cuh); false (nothing launched) where that kernel does not apply.
+  bool attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc);
   // accumulate: out += the product (matmul_accumulate).
   bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out, bool accumulate = false);
   struct PendingGemv {
@@ -449,6 +456,20 @@ class CudaBackend final : public Backend, public CudaStep {
   uint32_t* hold_gate_words_ = nullptr;  // device [3] (HoldGate::words), null when off
   int hold_gate_arrivals_ = 0;
   uint64_t hold_gate_launches_ = 0;
+  // A batch-1 decode attention held back for the o projection after it, which may take it into
+  // its own kernel (attn_o_project, EMBER_CUDA_ATTN_O=1; off by default until measured, see
+  // docs/CUDA_NOTES.md "Session 59"); any flush launches it as it was.
+  struct PendingAttention {
+    bool active = false;
+    PagedAttnArgs args;
+    AttnKernel kind = AttnKernel::Auto;
+  };
+  PendingAttention pat_;
+  bool attn_o_ = false;
+  uint64_t attn_o_launches_ = 0;
+  // attn_o_takes by (format, K/V type, heads, K/V heads, max_kv, block size, m): it asks the
+  // occupancy of a cluster grid, too slow for every layer of an eager step.
+  std::map<std::tuple<int, int, int, int, int, int, int64_t>, bool> attn_o_fits_;
   // The weights' type of the GEMV launched last (the q/k/v before an attention; F32: none yet).
   DType last_gemv_wtype_ = DType::F32;
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning

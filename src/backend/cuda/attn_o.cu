@@ -1,0 +1,399 @@
+// The batch-1 decode attention fused with the o projection (attn_o.cuh).
+#include "backend/cuda/attn_o.cuh"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/qgemm_common.cuh"
+#include "backend/cuda/smem_limit.h"
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace ember::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+using qgemm_detail::clustered_config;
+using qgemm_detail::i4_scaled;
+using qgemm_detail::launch_clustered;
+
+constexpr int kHeadDim = 128;
+constexpr int kMaxGroup = 8;  // query heads a K/V head
+
+constexpr int align16(int b) { return (b + 15) / 16 * 16; }
+
+// Byte offsets of a block's shared memory (host and device agree through this one function).
+struct Smem {
+  int w_stride = 0;  // bytes a weight row: the packed row + 16, so the 8 rows a mma reads fall in distinct banks
+  int sc = 0;        // int4: BF16 [2 tiles][groups][16]; fp8: F32 [32]
+  int x = 0;         // the attention row, BF16 (int4) / F16 (fp8) [K]
+  int q = 0;         // F32 [G][128]
+  int tbl = 0;       // int [blocks of the key range]
+  int work = 0;      // F32 scores [G][lpad], then the PV partials [warps][G][128]
+  int inv = 0;       // F32 [G] 1 / softmax sum
+  int red = 0;       // F32 [warps / 2][32] the GEMV's k-slice partials
+  int lpad = 0;
+  int total = 0;
+};
+
+// (warps: the block's; the partials of P V are per warp)
+__host__ __device__ inline Smem smem_layout(QFormat f, int n_heads, int n_kv_heads, int max_kv, int block_size,
+                                            int warps) {
+  Smem s;
+  const int k = n_heads * kHeadDim, g = n_heads / n_kv_heads;
+  const int row_bytes = f == QFormat::Int4 ? k / 2 : k;
+  s.w_stride = row_bytes + 16;
+  int o = kAttnORows * s.w_stride;
+  s.sc = o;
+  o += align16(f == QFormat::Int4 ? 2 * (k / kQGroup) * 16 * 2 : kAttnORows * 4);
+  s.x = o;
+  o += align16(k * 2);
+  s.q = o;
+  o += g * kHeadDim * 4;
+  s.tbl = o;
+  o += align16(((max_kv + block_size - 1) / block_size + 1) * 4);
+  s.lpad = (max_kv + 3) / 4 * 4;
+  s.work = o;
+  const int scores = g * s.lpad * 4, parts = warps * g * kHeadDim * 4;
+  o += align16(scores > parts ? scores : parts);
+  s.inv = o;
+  o += align16(kMaxGroup * 4);
+  s.red = o;
+  o += warps / 2 * kAttnORows * 4;
+  s.total = o;
+  return s;
+}
+
+struct Launch {
+  AttnOArgs a;
+  Smem s;
+};
+
+// Eight 16-bit K/V values -> floats.
+template <typename T>
+__device__ __forceinline__ void widen8(const uint4 u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __half>) {
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    } else {
+      f[2 * i] = bf16_lo(w[i]);
+      f[2 * i + 1] = bf16_hi(w[i]);
+    }
+  }
+}
+
+// kThreads: 256 or 512; the GEMV's warps are 2 row tiles x kThreads / 64 k slices.
+template <QFormat F, typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
+  constexpr int kWarps = kThreads / 32, kSlices = kWarps / 2;
+  constexpr int kKeySlots = kThreads / 8;  // keys a pass of the score loop (8 threads a key)
+  extern __shared__ __align__(16) uint8_t smem[];
+  const AttnOArgs& a = L.a;
+  const Smem& s = L.s;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n_kv = a.n_kv_heads, group = a.n_heads / n_kv, k = a.n_heads * kHeadDim;
+  const int kvh = static_cast<int>(cluster.block_rank());
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnORows;
+  const int64_t row_bytes = F == QFormat::Int4 ? k / 2 : k;
+
+  // 1. This block's o rows and their scales into shared memory: weights, which no kernel of the
+  // step writes, so before the PDL wait.
+  const auto* wg = static_cast<const uint8_t*>(a.w);
+  {
+    const int chunks = static_cast<int>(row_bytes / 16);
+    for (int i = tid; i < kAttnORows * chunks; i += kThreads) {
+      const int row = i / chunks, c = i - row * chunks;
+      const bool ok = r0 + row < a.m;
+      cp_async_16(smem + row * s.w_stride + c * 16, wg + (ok ? (r0 + row) * row_bytes + c * 16 : 0), ok);
+    }
+    const uint8_t* sg = wg + qweight_scales_offset(F, a.m, k);
+    if constexpr (F == QFormat::Int4) {
+      const int tile_bytes = k / kQGroup * 32, tile_chunks = tile_bytes / 16;  // a 16-row tile's scales
+      for (int i = tid; i < 2 * tile_chunks; i += kThreads) {
+        const int t = i / tile_chunks, c = i - t * tile_chunks;
+        const int64_t tile = r0 / 16 + t;
+        const bool ok = tile * 16 < a.m;
+        cp_async_16(smem + s.sc + t * tile_bytes + c * 16, sg + (ok ? tile * tile_bytes + c * 16 : 0), ok);
+      }
+    } else {
+      if (tid < kAttnORows) {
+        const bool ok = r0 + tid < a.m;
+        cp_async_4(smem + s.sc + tid * 4, sg + (ok ? (r0 + tid) * 4 : 0), ok);
+      }
+    }
+    cp_async_commit();
+  }
+  // The sequence's key range and block table: step metadata, written before the step's first
+  // kernel (as the decode attention reads them before its wait).
+  const int seq = a.seq_ids ? a.seq_ids[0] : 0;
+  const int len = a.seq_lens[seq];
+  const int t0 = a.window > 0 ? max(0, len - a.window) : 0;
+  const int n = min(len - t0, a.max_kv);
+  const int bs = a.block_size, b0 = t0 / bs;
+  int* tbl = reinterpret_cast<int*>(smem + s.tbl);
+  for (int i = tid; i < (t0 + n + bs - 1) / bs - b0; i += kThreads)
+    tbl[i] = a.block_tables[static_cast<int64_t>(seq) * a.max_blocks_per_seq + b0 + i];
+  // (Remote shared memory may be written only once every block of the cluster runs: this arrival,
+  // waited for before the first remote store.)
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  // The next kernel's blocks may take the room beside this one's and start their own weights.
+  if (a.pdl) pdl_launch_dependents();
+  pdl_wait();
+
+  // 2. Attention of K/V head kvh: query heads kvh * group .. + group - 1.
+  float* qs = reinterpret_cast<float*>(smem + s.q);
+  for (int i = tid; i < group * kHeadDim / 4; i += kThreads)
+    reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(kvh) * group * kHeadDim)[i];
+  __syncthreads();
+  const T* kc = static_cast<const T*>(a.k);
+  const T* vc = static_cast<const T*>(a.v);
+  const int64_t slot_stride = static_cast<int64_t>(n_kv) * kHeadDim;
+  float* sc = reinterpret_cast<float*>(smem + s.work);  // [group][lpad]
+  auto row_of = [&](int j) {  // key j of the range: its (block, slot) row of head kvh
+    const int t = t0 + j;
+    return (static_cast<int64_t>(tbl[t / bs - b0]) * bs + t % bs) * slot_stride + kvh * kHeadDim;
+  };
+  {
+    const int sub = tid & 7;  // 16 dims a thread, 8 threads a key
+    const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
+#pragma unroll 2
+    for (int j = tid >> 3; j < n; j += kKeySlots) {
+      const T* kp = kc + row_of(j) + sub * 16;
+      float kf[16];
+      widen8<T>(*reinterpret_cast<const uint4*>(kp), *reinterpret_cast<float(*)[8]>(&kf[0]));
+      widen8<T>(*reinterpret_cast<const uint4*>(kp + 8), *reinterpret_cast<float(*)[8]>(&kf[8]));
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) {
+        if (h >= group) break;
+        const float4* qh = reinterpret_cast<const float4*>(qs + h * kHeadDim + sub * 16);
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float4 qv = qh[i];
+          d += qv.x * kf[4 * i] + qv.y * kf[4 * i + 1] + qv.z * kf[4 * i + 2] + qv.w * kf[4 * i + 3];
+        }
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        d += __shfl_xor_sync(0xffffffffu, d, 2);
+        d += __shfl_xor_sync(0xffffffffu, d, 4);
+        if (sub == 0) {
+          float x = d * a.scale;
+          if (a.softcap > 0.0f) x = a.softcap * tanhf(x * inv_cap);
+          sc[h * s.lpad + j] = x;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  float* inv = reinterpret_cast<float*>(smem + s.inv);
+  if (warp < group) {
+    float* sh = sc + warp * s.lpad;
+    float mx = -INFINITY;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sh[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = expf(sh[j] - mx);
+      sh[j] = p;
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) inv[warp] = 1.0f / sum;
+  }
+  __syncthreads();
+  float o[kMaxGroup][4];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) o[h][0] = o[h][1] = o[h][2] = o[h][3] = 0.0f;
+  {
+    const int per = (n + kWarps - 1) / kWarps, j0 = warp * per, j1 = min(n, j0 + per);
+#pragma unroll 2
+    for (int j = j0; j < j1; ++j) {
+      const uint2 u = *reinterpret_cast<const uint2*>(vc + row_of(j) + lane * 4);
+      float v[4];
+      if constexpr (std::is_same_v<T, __half>) {
+        const float2 p0 = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+        const float2 p1 = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+        v[0] = p0.x, v[1] = p0.y, v[2] = p1.x, v[3] = p1.y;
+      } else {
+        v[0] = bf16_lo(u.x), v[1] = bf16_hi(u.x), v[2] = bf16_lo(u.y), v[3] = bf16_hi(u.y);
+      }
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) {
+        if (h >= group) break;
+        const float p = sc[h * s.lpad + j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[h][i] += p * v[i];
+      }
+    }
+  }
+  __syncthreads();  // (the scores are read; their room takes the partials)
+  float* parts = sc;  // [kWarps][group][128]
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) {
+    if (h >= group) break;
+    *reinterpret_cast<float4*>(parts + (warp * group + h) * kHeadDim + lane * 4) =
+        make_float4(o[h][0], o[h][1], o[h][2], o[h][3]);
+  }
+  __syncthreads();
+  using X = std::conditional_t<F == QFormat::Int4, __nv_bfloat16, __half>;
+  X* xs = reinterpret_cast<X*>(smem + s.x);
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  for (int e = tid; e < group * kHeadDim; e += kThreads) {
+    const int h = e / kHeadDim, d = e - h * kHeadDim;
+    float sum = 0.0f;
+#pragma unroll 4
+    for (int w = 0; w < kWarps; ++w) sum += parts[(w * group + h) * kHeadDim + d];
+    sum *= inv[h];
+    const int col = (kvh * group + h) * kHeadDim + d;
+    const X xv = from_float<X>(sum);
+    for (int r = 0; r < n_kv; ++r) cluster.map_shared_rank(xs, r)[col] = xv;
+    if (blockIdx.x < static_cast<unsigned>(n_kv)) a.attn_out[col] = sum;
+  }
+  cp_async_wait<0>();
+  cluster.sync();  // every block's slice of x is in every block; this block's weights too
+
+  // 3. acc[r0 .. r0 + 32) += x @ w^T: warp = (row tile mt, k slice ks).
+  const int mt = warp & 1, ks = warp >> 1, g = lane >> 2, c = lane & 3;  // ks < kSlices
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint8_t* rg = smem + (mt * 16 + g) * s.w_stride + 4 * c;
+  const uint8_t* rg8 = rg + 8 * s.w_stride;
+  if constexpr (F == QFormat::Int4) {
+    const int groups = k / kQGroup;
+    const auto* scs = reinterpret_cast<const __nv_bfloat16*>(smem + s.sc) + mt * groups * 16;
+    const uint4* xq = reinterpret_cast<const uint4*>(xs);  // 8 BF16 a lane: slice elements 8c .. 8c + 7
+#pragma unroll 4
+    for (int sl = ks; sl < k / 32; sl += kSlices) {
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(rg + sl * 16);
+      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(rg8 + sl * 16);
+      const int grp = sl >> 2;
+      const __nv_bfloat162 s0 = __bfloat162bfloat162(scs[grp * 16 + g]);
+      const __nv_bfloat162 s1 = __bfloat162bfloat162(scs[grp * 16 + g + 8]);
+      const uint4 xv = xq[sl * 4 + c];
+      mma_k16<__nv_bfloat16>(acc, i4_scaled(w0, 0, s0), i4_scaled(w1, 0, s1), i4_scaled(w0, 1, s0),
+                             i4_scaled(w1, 1, s1), xv.x, xv.y);
+      mma_k16<__nv_bfloat16>(acc, i4_scaled(w0, 2, s0), i4_scaled(w1, 2, s1), i4_scaled(w0, 3, s0),
+                             i4_scaled(w1, 3, s1), xv.z, xv.w);
+    }
+  } else {
+    const uint2* xq = reinterpret_cast<const uint2*>(xs);  // 4 F16 a lane: slice elements 4c .. 4c + 3
+#pragma unroll 4
+    for (int sl = ks; sl < k / 16; sl += kSlices) {
+      const uint2 h0 = fp8x4_to_half4<true>(*reinterpret_cast<const uint32_t*>(rg + sl * 16));
+      const uint2 h1 = fp8x4_to_half4<true>(*reinterpret_cast<const uint32_t*>(rg8 + sl * 16));
+      const uint2 xv = xq[sl * 4 + c];
+      mma_k16<__half>(acc, h0.x, h1.x, h0.y, h1.y, xv.x, xv.y);
+    }
+  }
+  float* red = reinterpret_cast<float*>(smem + s.red);  // [kSlices][32]
+  if (c == 0) {  // (every column of the product is x's: take column 0)
+    red[ks * kAttnORows + mt * 16 + g] = acc[0];
+    red[ks * kAttnORows + mt * 16 + g + 8] = acc[2];
+  }
+  __syncthreads();
+  if (tid < kAttnORows && r0 + tid < a.m) {
+    float y = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kSlices; ++q) y += red[q * kAttnORows + tid];
+    if constexpr (F != QFormat::Int4) y *= reinterpret_cast<const float*>(smem + s.sc)[tid];
+    a.acc[r0 + tid] += y;
+  }
+}
+
+// Threads a block: EMBER_CUDA_ATTN_O_THREADS=256, else 512 (A/B runs).
+int threads_of() {
+  const char* v = std::getenv("EMBER_CUDA_ATTN_O_THREADS");
+  return v && std::atoi(v) == 256 ? 256 : 512;
+}
+
+template <QFormat F, typename T>
+const void* kernel_ptr(int threads) {
+  return threads == 256 ? reinterpret_cast<const void*>(&attn_o_kernel<F, T, 256>)
+                        : reinterpret_cast<const void*>(&attn_o_kernel<F, T, 512>);
+}
+
+const void* pick_kernel(QFormat f, DType kv, int threads) {
+  const bool half = kv == DType::F16;
+  if (f == QFormat::Int4)
+    return half ? kernel_ptr<QFormat::Int4, __half>(threads) : kernel_ptr<QFormat::Int4, __nv_bfloat16>(threads);
+  return half ? kernel_ptr<QFormat::Fp8, __half>(threads) : kernel_ptr<QFormat::Fp8, __nv_bfloat16>(threads);
+}
+
+template <QFormat F, typename T, int kThreads>
+cudaError_t launch_as(const Launch& L, dim3 grid, unsigned cluster, cudaStream_t stream) {
+  return launch_clustered(attn_o_kernel<F, T, kThreads>, grid, kThreads, static_cast<size_t>(L.s.total), cluster,
+                          L.a.pdl, stream, L);
+}
+int blocks_of(const AttnOArgs& a) {
+  const int64_t tiles = (a.m + kAttnORows - 1) / kAttnORows;
+  return static_cast<int>((tiles + a.n_kv_heads - 1) / a.n_kv_heads * a.n_kv_heads);
+}
+
+int smem_optin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return 0;
+  return bytes;
+}
+
+}  // namespace
+
+bool attn_o_takes(const AttnOArgs& a) {
+  if (!(a.kv_type == DType::BF16 || a.kv_type == DType::F16)) return false;
+  if (!(a.format == QFormat::Int4 || a.format == QFormat::Fp8)) return false;
+  if (a.n_kv_heads < 1 || a.n_kv_heads > 8 || a.n_heads % a.n_kv_heads != 0 || a.n_heads / a.n_kv_heads > kMaxGroup)
+    return false;
+  if (a.max_kv < 1 || a.max_kv > kAttnOMaxKeys || a.block_size < 1 || a.m < 1 || a.max_blocks_per_seq < 1) return false;
+  if (!a.q || !a.attn_out || !a.k || !a.v || !a.seq_lens || !a.block_tables || !a.w || !a.acc) return false;
+  if (reinterpret_cast<uintptr_t>(a.q) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16 ||
+      reinterpret_cast<uintptr_t>(a.k) % 16 || reinterpret_cast<uintptr_t>(a.v) % 16)
+    return false;
+  const int threads = threads_of();
+  const Smem s = smem_layout(a.format, a.n_heads, a.n_kv_heads, a.max_kv, a.block_size, threads / 32);
+  const int optin = smem_optin();
+  if (s.total > optin) return false;
+  // One wave: every cluster resident at once (the GPCs' sizes bound clusters of 8 blocks).
+  const void* kernel = pick_kernel(a.format, a.kv_type, threads);
+  if (raise_smem_limit(kernel, optin) != cudaSuccess) return false;
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = clustered_config(dim3(static_cast<unsigned>(blocks_of(a))), threads,
+                                                  static_cast<size_t>(s.total), static_cast<unsigned>(a.n_kv_heads),
+                                                  false, nullptr, attr);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return clusters >= blocks_of(a) / a.n_kv_heads;
+}
+
+cudaError_t launch_attn_o(const AttnOArgs& a, cudaStream_t stream) {
+  const int threads = threads_of();
+  const Launch L{a, smem_layout(a.format, a.n_heads, a.n_kv_heads, a.max_kv, a.block_size, threads / 32)};
+  if (const cudaError_t e = raise_smem_limit(pick_kernel(a.format, a.kv_type, threads), smem_optin()); e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>(blocks_of(a)));
+  const unsigned cluster = static_cast<unsigned>(a.n_kv_heads);
+  const bool half = a.kv_type == DType::F16;
+  if (a.format == QFormat::Int4) {
+    if (threads == 256)
+      return half ? launch_as<QFormat::Int4, __half, 256>(L, grid, cluster, stream)
+                  : launch_as<QFormat::Int4, __nv_bfloat16, 256>(L, grid, cluster, stream);
+    return half ? launch_as<QFormat::Int4, __half, 512>(L, grid, cluster, stream)
+                : launch_as<QFormat::Int4, __nv_bfloat16, 512>(L, grid, cluster, stream);
+  }
+  if (threads == 256)
+    return half ? launch_as<QFormat::Fp8, __half, 256>(L, grid, cluster, stream)
+                : launch_as<QFormat::Fp8, __nv_bfloat16, 256>(L, grid, cluster, stream);
+  return half ? launch_as<QFormat::Fp8, __half, 512>(L, grid, cluster, stream)
+              : launch_as<QFormat::Fp8, __nv_bfloat16, 512>(L, grid, cluster, stream);
+}
+
+}  // namespace ember::cuda
