@@ -164,29 +164,46 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   {
     const int sub = tid & 7;  // 16 dims a thread, 8 threads a key
     const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
-#pragma unroll 2
-    for (int j = tid >> 3; j < n; j += kKeySlots) {
-      const T* kp = kc + row_of(j) + sub * 16;
-      float kf[16];
-      widen8<T>(*reinterpret_cast<const uint4*>(kp), *reinterpret_cast<float(*)[8]>(&kf[0]));
-      widen8<T>(*reinterpret_cast<const uint4*>(kp + 8), *reinterpret_cast<float(*)[8]>(&kf[8]));
+    // Keys in rounds of kKeyRounds passes, all of a round's loads issued before its math; every
+    // lane runs every round (the shuffles take the whole warp), keys past n masked.
+    constexpr int kKeyRounds = 4;
+    for (int base = 0; base < n; base += kKeyRounds * kKeySlots) {
+      uint4 kr[kKeyRounds][2];
 #pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h) {
-        if (h >= group) break;
-        const float4* qh = reinterpret_cast<const float4*>(qs + h * kHeadDim + sub * 16);
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float4 qv = qh[i];
-          d += qv.x * kf[4 * i] + qv.y * kf[4 * i + 1] + qv.z * kf[4 * i + 2] + qv.w * kf[4 * i + 3];
+      for (int u = 0; u < kKeyRounds; ++u) {
+        const int j = base + u * kKeySlots + (tid >> 3);
+        if (j < n) {
+          const T* kp = kc + row_of(j) + sub * 16;
+          kr[u][0] = *reinterpret_cast<const uint4*>(kp);
+          kr[u][1] = *reinterpret_cast<const uint4*>(kp + 8);
+        } else {
+          kr[u][0] = kr[u][1] = make_uint4(0u, 0u, 0u, 0u);
         }
-        d += __shfl_xor_sync(0xffffffffu, d, 1);
-        d += __shfl_xor_sync(0xffffffffu, d, 2);
-        d += __shfl_xor_sync(0xffffffffu, d, 4);
-        if (sub == 0) {
-          float x = d * a.scale;
-          if (a.softcap > 0.0f) x = a.softcap * tanhf(x * inv_cap);
-          sc[h * s.lpad + j] = x;
+      }
+#pragma unroll
+      for (int u = 0; u < kKeyRounds; ++u) {
+        const int j = base + u * kKeySlots + (tid >> 3);
+        float kf[16];
+        widen8<T>(kr[u][0], *reinterpret_cast<float(*)[8]>(&kf[0]));
+        widen8<T>(kr[u][1], *reinterpret_cast<float(*)[8]>(&kf[8]));
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) {
+          if (h >= group) break;
+          const float4* qh = reinterpret_cast<const float4*>(qs + h * kHeadDim + sub * 16);
+          float d = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float4 qv = qh[i];
+            d += qv.x * kf[4 * i] + qv.y * kf[4 * i + 1] + qv.z * kf[4 * i + 2] + qv.w * kf[4 * i + 3];
+          }
+          d += __shfl_xor_sync(0xffffffffu, d, 1);
+          d += __shfl_xor_sync(0xffffffffu, d, 2);
+          d += __shfl_xor_sync(0xffffffffu, d, 4);
+          if (sub == 0 && j < n) {
+            float x = d * a.scale;
+            if (a.softcap > 0.0f) x = a.softcap * tanhf(x * inv_cap);
+            sc[h * s.lpad + j] = x;
+          }
         }
       }
     }
@@ -213,23 +230,30 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   for (int h = 0; h < kMaxGroup; ++h) o[h][0] = o[h][1] = o[h][2] = o[h][3] = 0.0f;
   {
     const int per = (n + kWarps - 1) / kWarps, j0 = warp * per, j1 = min(n, j0 + per);
-#pragma unroll 2
-    for (int j = j0; j < j1; ++j) {
-      const uint2 u = *reinterpret_cast<const uint2*>(vc + row_of(j) + lane * 4);
-      float v[4];
-      if constexpr (std::is_same_v<T, __half>) {
-        const float2 p0 = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-        const float2 p1 = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-        v[0] = p0.x, v[1] = p0.y, v[2] = p1.x, v[3] = p1.y;
-      } else {
-        v[0] = bf16_lo(u.x), v[1] = bf16_hi(u.x), v[2] = bf16_lo(u.y), v[3] = bf16_hi(u.y);
-      }
+    // A warp's keys in rounds of 8, the round's V loads issued first (warp-uniform bounds).
+    for (int jb = j0; jb < j1; jb += 8) {
+      uint2 u[8];
 #pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h) {
-        if (h >= group) break;
-        const float p = sc[h * s.lpad + j];
+      for (int i = 0; i < 8; ++i)
+        u[i] = jb + i < j1 ? *reinterpret_cast<const uint2*>(vc + row_of(jb + i) + lane * 4) : make_uint2(0u, 0u);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) o[h][i] += p * v[i];
+      for (int i = 0; i < 8; ++i) {
+        if (jb + i >= j1) break;
+        float v[4];
+        if constexpr (std::is_same_v<T, __half>) {
+          const float2 p0 = __half22float2(*reinterpret_cast<const __half2*>(&u[i].x));
+          const float2 p1 = __half22float2(*reinterpret_cast<const __half2*>(&u[i].y));
+          v[0] = p0.x, v[1] = p0.y, v[2] = p1.x, v[3] = p1.y;
+        } else {
+          v[0] = bf16_lo(u[i].x), v[1] = bf16_hi(u[i].x), v[2] = bf16_lo(u[i].y), v[3] = bf16_hi(u[i].y);
+        }
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) {
+          if (h >= group) break;
+          const float p = sc[h * s.lpad + jb + i];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[h][e] += p * v[e];
+        }
       }
     }
   }
