@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call for the batch-1 decode attention fused with the packed o projection
+# (attn_o.cuh, EMBER_CUDA_ATTN_O; docs/CUDA_NOTES.md "Session 59"): its kernel test and its
+# whole-model test, then the same-binary A/B of batch-1 decode (ab-speed.sh) int4 and fp8 with it
+# off (the default), on (512-thread blocks) and on with 256-thread blocks, and a CUPTI trace of
+# int4 with it on (each kernel's share of a step, to set beside session 57's table).
+#
+#   bench/cuda/pack-device.sh .devdeps/a ember test_cuda_backend test_cuda_model libember_cupti_trace.so
+#   BIN_TAR=.devdeps/a/bins.tar.xz DEB_DIR=.devdeps/a/debs SETUP=1 bench/cuda/attn-o-check.sh
+#
+# ROUNDS (default 2), FORMATS (default "int4 fp8"), TRACES (default int4 fused; empty: none).
+# LOG_DIR (default $OUT) gets the logs; the summaries print to stdout.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${LOG_DIR:-$OUT}
+A=EMBER_CUDA_ATTN_O
+ROUNDS=${ROUNDS:-2} FORMATS="${FORMATS:-int4 fp8}" LOG_DIR=$out \
+  TESTS="test_cuda_backend test_cuda_model" TEST_ENV="GTEST_FILTER=CudaQuant.AttnO*:CudaModel.AttnO*" \
+  RUNS="ember ember:$A=1 ember:$A=1,EMBER_CUDA_ATTN_O_THREADS=256" TRACES="${TRACES-int4:ember:$A=1}" \
+  bash "$root/bench/cuda/ab-speed.sh"
+for f in "$out"/trace-*.txt; do
+  [[ -f $f ]] && { echo "== $f"; head -40 "$f"; }
+done
+grep -h -B3 -A12 "Failure" "$out"/test_cuda*.log 2>/dev/null | head -60
