@@ -1134,36 +1134,37 @@ TEST(CudaQuant, AttnOMatchesReference) {
       const auto acc0 = random_floats(static_cast<size_t>(c.m), ++seed);
       DevTensor accd = dev_floats(acc0, {1, c.m});
       cuda::AttnOArgs a;
-      a.q = static_cast<const float*>(qd.t.data);
-      a.attn_out = static_cast<float*>(outd.t.data);
-      a.k = kd.t.data;
-      a.v = vd.t.data;
-      a.kv_type = c.kv;
-      a.seq_lens = static_cast<const int32_t*>(meta.t.data);
-      a.seq_ids = static_cast<const int32_t*>(meta.t.data) + 1;
-      a.block_tables = static_cast<const int32_t*>(meta.t.data) + 2;
-      a.max_blocks_per_seq = blocks;
-      a.block_size = c.block_size;
-      a.n_heads = c.n_heads;
-      a.n_kv_heads = c.n_kv;
-      a.scale = 0.3f;
-      a.softcap = c.softcap;
-      a.window = c.window;
-      a.max_kv = c.len + 5;
+      cuda::PagedAttnArgs& pa = a.attn;
+      pa.q = static_cast<const float*>(qd.t.data);
+      pa.out = static_cast<float*>(outd.t.data);
+      pa.k = kd.t.data;
+      pa.v = vd.t.data;
+      pa.kv_type = c.kv;
+      pa.seq_lens = static_cast<const int32_t*>(meta.t.data);
+      pa.seq_ids = static_cast<const int32_t*>(meta.t.data) + 1;
+      pa.block_tables = static_cast<const int32_t*>(meta.t.data) + 2;
+      pa.max_blocks_per_seq = blocks;
+      pa.block_size = c.block_size;
+      pa.n_heads = c.n_heads;
+      pa.n_kv_heads = c.n_kv;
+      pa.head_dim = d;
+      pa.scale = 0.3f;
+      pa.softcap = c.softcap;
+      pa.window = c.window;
+      pa.max_kv = c.len + 5;
+      pa.pdl = false;
       a.format = qformat(f);
       a.w = w.t.data;
       a.m = c.m;
       a.acc = static_cast<float*>(accd.t.data);
-      a.pdl = false;
       const bool fp8_too_big = std::string(f) == "fp8" && c.n_heads == 64;  // (256 KiB of o rows a block)
       // Blocks of 512 threads (the default), then of 256 (EMBER_CUDA_ATTN_O_THREADS), from acc0 each.
-      for (const char* threads : {"512", "256"}) {
-        setenv("EMBER_CUDA_ATTN_O_THREADS", threads, 1);
-        const std::string tl = label + " threads " + threads;
+      for (const int threads : {512, 256}) {
+        a.threads = threads;
+        const std::string tl = label + " threads " + std::to_string(threads);
         backend()->upload(accd.t.data, acc0.data(), acc0.size() * sizeof(float));
         const bool takes = cuda::attn_o_takes(a);
         const bool launched = takes && cuda::launch_attn_o(a, nullptr) == cudaSuccess;
-        unsetenv("EMBER_CUDA_ATTN_O_THREADS");
         ASSERT_EQ(takes, !fp8_too_big) << tl;
         if (fp8_too_big) continue;
         ASSERT_TRUE(launched) << tl;

@@ -10,7 +10,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace ember::cuda {
 namespace {
@@ -96,10 +95,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   constexpr int kKeySlots = kThreads / 8;  // keys a pass of the score loop (8 threads a key)
   extern __shared__ __align__(16) uint8_t smem[];
   const AttnOArgs& a = L.a;
+  const PagedAttnArgs& at = a.attn;
   const Smem& s = L.s;
   cg::cluster_group cluster = cg::this_cluster();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int n_kv = a.n_kv_heads, group = a.n_heads / n_kv, k = a.n_heads * kHeadDim;
+  const int n_kv = at.n_kv_heads, group = at.n_heads / n_kv, k = at.n_heads * kHeadDim;
   const int kvh = static_cast<int>(cluster.block_rank());
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnORows;
   const int64_t row_bytes = F == QFormat::Int4 ? k / 2 : k;
@@ -133,28 +133,28 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   }
   // The sequence's key range and block table: step metadata, written before the step's first
   // kernel (as the decode attention reads them before its wait).
-  const int seq = a.seq_ids ? a.seq_ids[0] : 0;
-  const int len = a.seq_lens[seq];
-  const int t0 = a.window > 0 ? max(0, len - a.window) : 0;
-  const int n = min(len - t0, a.max_kv);
-  const int bs = a.block_size, b0 = t0 / bs;
+  const int seq = at.seq_ids ? at.seq_ids[0] : 0;
+  const int len = at.seq_lens[seq];
+  const int t0 = at.window > 0 ? max(0, len - at.window) : 0;
+  const int n = min(len - t0, at.max_kv);
+  const int bs = at.block_size, b0 = t0 / bs;
   int* tbl = reinterpret_cast<int*>(smem + s.tbl);
   for (int i = tid; i < (t0 + n + bs - 1) / bs - b0; i += kThreads)
-    tbl[i] = a.block_tables[static_cast<int64_t>(seq) * a.max_blocks_per_seq + b0 + i];
+    tbl[i] = at.block_tables[static_cast<int64_t>(seq) * at.max_blocks_per_seq + b0 + i];
   // (Remote shared memory may be written only once every block of the cluster runs: this arrival,
   // waited for before the first remote store.)
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   // The next kernel's blocks may take the room beside this one's and start their own weights.
-  if (a.pdl) pdl_launch_dependents();
+  if (at.pdl) pdl_launch_dependents();
   pdl_wait();
 
   // 2. Attention of K/V head kvh: query heads kvh * group .. + group - 1.
   float* qs = reinterpret_cast<float*>(smem + s.q);
   for (int i = tid; i < group * kHeadDim / 4; i += kThreads)
-    reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(kvh) * group * kHeadDim)[i];
+    reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(at.q + static_cast<int64_t>(kvh) * group * kHeadDim)[i];
   __syncthreads();
-  const T* kc = static_cast<const T*>(a.k);
-  const T* vc = static_cast<const T*>(a.v);
+  const T* kc = static_cast<const T*>(at.k);
+  const T* vc = static_cast<const T*>(at.v);
   const int64_t slot_stride = static_cast<int64_t>(n_kv) * kHeadDim;
   float* sc = reinterpret_cast<float*>(smem + s.work);  // [group][lpad]
   auto row_of = [&](int j) {  // key j of the range: its (block, slot) row of head kvh
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   };
   {
     const int sub = tid & 7;  // 16 dims a thread, 8 threads a key
-    const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
+    const float inv_cap = at.softcap > 0.0f ? 1.0f / at.softcap : 0.0f;
     // Keys in rounds of kKeyRounds passes, all of a round's loads issued before its math; every
     // lane runs every round (the shuffles take the whole warp), keys past n masked.
     constexpr int kKeyRounds = 4;
@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
           d += __shfl_xor_sync(0xffffffffu, d, 2);
           d += __shfl_xor_sync(0xffffffffu, d, 4);
           if (sub == 0 && j < n) {
-            float x = d * a.scale;
-            if (a.softcap > 0.0f) x = a.softcap * tanhf(x * inv_cap);
+            float x = d * at.scale;
+            if (at.softcap > 0.0f) x = at.softcap * tanhf(x * inv_cap);
             sc[h * s.lpad + j] = x;
           }
         }
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
     const int col = (kvh * group + h) * kHeadDim + d;
     const X xv = from_float<X>(sum);
     for (int r = 0; r < n_kv; ++r) cluster.map_shared_rank(xs, r)[col] = xv;
-    if (blockIdx.x < static_cast<unsigned>(n_kv)) a.attn_out[col] = sum;
+    if (blockIdx.x < static_cast<unsigned>(n_kv)) at.out[col] = sum;
   }
   cp_async_wait<0>();
   cluster.sync();  // every block's slice of x is in every block; this block's weights too
@@ -330,94 +330,72 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   }
 }
 
-// Threads a block: EMBER_CUDA_ATTN_O_THREADS=256, else 512 (A/B runs).
-int threads_of() {
-  const char* v = std::getenv("EMBER_CUDA_ATTN_O_THREADS");
-  return v && std::atoi(v) == 256 ? 256 : 512;
+using Kernel = void (*)(const Launch);
+
+template <QFormat F, int kThreads>
+Kernel kernel_of(DType kv) {
+  return kv == DType::F16 ? attn_o_kernel<F, __half, kThreads> : attn_o_kernel<F, __nv_bfloat16, kThreads>;
 }
 
-template <QFormat F, typename T>
-const void* kernel_ptr(int threads) {
-  return threads == 256 ? reinterpret_cast<const void*>(&attn_o_kernel<F, T, 256>)
-                        : reinterpret_cast<const void*>(&attn_o_kernel<F, T, 512>);
+Kernel pick_kernel(const AttnOArgs& a) {
+  if (a.format == QFormat::Int4)
+    return a.threads == 256 ? kernel_of<QFormat::Int4, 256>(a.attn.kv_type) : kernel_of<QFormat::Int4, 512>(a.attn.kv_type);
+  return a.threads == 256 ? kernel_of<QFormat::Fp8, 256>(a.attn.kv_type) : kernel_of<QFormat::Fp8, 512>(a.attn.kv_type);
 }
 
-const void* pick_kernel(QFormat f, DType kv, int threads) {
-  const bool half = kv == DType::F16;
-  if (f == QFormat::Int4)
-    return half ? kernel_ptr<QFormat::Int4, __half>(threads) : kernel_ptr<QFormat::Int4, __nv_bfloat16>(threads);
-  return half ? kernel_ptr<QFormat::Fp8, __half>(threads) : kernel_ptr<QFormat::Fp8, __nv_bfloat16>(threads);
+Smem layout_of(const AttnOArgs& a) {
+  const PagedAttnArgs& at = a.attn;
+  return smem_layout(a.format, at.n_heads, at.n_kv_heads, at.max_kv, at.block_size, a.threads / 32);
 }
 
-template <QFormat F, typename T, int kThreads>
-cudaError_t launch_as(const Launch& L, dim3 grid, unsigned cluster, cudaStream_t stream) {
-  return launch_clustered(attn_o_kernel<F, T, kThreads>, grid, kThreads, static_cast<size_t>(L.s.total), cluster,
-                          L.a.pdl, stream, L);
-}
 int blocks_of(const AttnOArgs& a) {
-  const int64_t tiles = (a.m + kAttnORows - 1) / kAttnORows;
-  return static_cast<int>((tiles + a.n_kv_heads - 1) / a.n_kv_heads * a.n_kv_heads);
-}
-
-int smem_optin() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return 0;
-  return bytes;
+  const int64_t tiles = (a.m + kAttnORows - 1) / kAttnORows, c = a.attn.n_kv_heads;
+  return static_cast<int>((tiles + c - 1) / c * c);
 }
 
 }  // namespace
 
 bool attn_o_takes(const AttnOArgs& a) {
-  if (!(a.kv_type == DType::BF16 || a.kv_type == DType::F16)) return false;
-  if (!(a.format == QFormat::Int4 || a.format == QFormat::Fp8)) return false;
-  if (a.n_kv_heads < 1 || a.n_kv_heads > 8 || a.n_heads % a.n_kv_heads != 0 || a.n_heads / a.n_kv_heads > kMaxGroup)
+  const PagedAttnArgs& at = a.attn;
+  if (!(at.kv_type == DType::BF16 || at.kv_type == DType::F16) || at.head_dim != kHeadDim) return false;
+  if (!(a.format == QFormat::Int4 || a.format == QFormat::Fp8) || !(a.threads == 256 || a.threads == 512)) return false;
+  if (at.n_kv_heads < 1 || at.n_kv_heads > 8 || at.n_heads % at.n_kv_heads != 0 ||
+      at.n_heads / at.n_kv_heads > kMaxGroup)
     return false;
-  if (a.max_kv < 1 || a.max_kv > kAttnOMaxKeys || a.block_size < 1 || a.m < 1 || a.max_blocks_per_seq < 1) return false;
-  if (!a.q || !a.attn_out || !a.k || !a.v || !a.seq_lens || !a.block_tables || !a.w || !a.acc) return false;
-  if (reinterpret_cast<uintptr_t>(a.q) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16 ||
-      reinterpret_cast<uintptr_t>(a.k) % 16 || reinterpret_cast<uintptr_t>(a.v) % 16)
+  if (at.max_kv < 1 || at.max_kv > kAttnOMaxKeys || at.block_size < 1 || a.m < 1 || at.max_blocks_per_seq < 1)
     return false;
-  const int threads = threads_of();
-  const Smem s = smem_layout(a.format, a.n_heads, a.n_kv_heads, a.max_kv, a.block_size, threads / 32);
-  const int optin = smem_optin();
-  if (s.total > optin) return false;
-  // One wave: every cluster resident at once (the GPCs' sizes bound clusters of 8 blocks).
-  const void* kernel = pick_kernel(a.format, a.kv_type, threads);
-  if (raise_smem_limit(kernel, optin) != cudaSuccess) return false;
+  if (!at.q || !at.out || !at.k || !at.v || !at.seq_lens || !at.block_tables || !a.w || !a.acc) return false;
+  if (reinterpret_cast<uintptr_t>(at.q) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16 ||
+      reinterpret_cast<uintptr_t>(at.k) % 16 || reinterpret_cast<uintptr_t>(at.v) % 16)
+    return false;
+  return layout_of(a).total <= smem_optin_bytes();
+}
+
+bool attn_o_one_wave(const AttnOArgs& a) {
+  const Kernel kernel = pick_kernel(a);
+  if (raise_smem_limit(reinterpret_cast<const void*>(kernel), smem_optin_bytes()) != cudaSuccess) return false;
   cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg = clustered_config(dim3(static_cast<unsigned>(blocks_of(a))), threads,
-                                                  static_cast<size_t>(s.total), static_cast<unsigned>(a.n_kv_heads),
-                                                  false, nullptr, attr);
+  const cudaLaunchConfig_t cfg = clustered_config(dim3(static_cast<unsigned>(blocks_of(a))), a.threads,
+                                                  static_cast<size_t>(layout_of(a).total),
+                                                  static_cast<unsigned>(a.attn.n_kv_heads), false, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  return clusters >= blocks_of(a) / a.n_kv_heads;
+  return clusters >= blocks_of(a) / a.attn.n_kv_heads;
 }
 
 cudaError_t launch_attn_o(const AttnOArgs& a, cudaStream_t stream) {
-  const int threads = threads_of();
-  const Launch L{a, smem_layout(a.format, a.n_heads, a.n_kv_heads, a.max_kv, a.block_size, threads / 32)};
-  if (const cudaError_t e = raise_smem_limit(pick_kernel(a.format, a.kv_type, threads), smem_optin()); e != cudaSuccess)
+  const Launch L{a, layout_of(a)};
+  const Kernel kernel = pick_kernel(a);
+  // (the opt-in limit, not this launch's bytes: the limit is set once per kernel)
+  if (const cudaError_t e = raise_smem_limit(reinterpret_cast<const void*>(kernel), smem_optin_bytes());
+      e != cudaSuccess)
     return e;
-  const dim3 grid(static_cast<unsigned>(blocks_of(a)));
-  const unsigned cluster = static_cast<unsigned>(a.n_kv_heads);
-  const bool half = a.kv_type == DType::F16;
-  if (a.format == QFormat::Int4) {
-    if (threads == 256)
-      return half ? launch_as<QFormat::Int4, __half, 256>(L, grid, cluster, stream)
-                  : launch_as<QFormat::Int4, __nv_bfloat16, 256>(L, grid, cluster, stream);
-    return half ? launch_as<QFormat::Int4, __half, 512>(L, grid, cluster, stream)
-                : launch_as<QFormat::Int4, __nv_bfloat16, 512>(L, grid, cluster, stream);
-  }
-  if (threads == 256)
-    return half ? launch_as<QFormat::Fp8, __half, 256>(L, grid, cluster, stream)
-                : launch_as<QFormat::Fp8, __nv_bfloat16, 256>(L, grid, cluster, stream);
-  return half ? launch_as<QFormat::Fp8, __half, 512>(L, grid, cluster, stream)
-              : launch_as<QFormat::Fp8, __nv_bfloat16, 512>(L, grid, cluster, stream);
+  return launch_clustered(kernel, dim3(static_cast<unsigned>(blocks_of(a))), a.threads,
+                          static_cast<size_t>(L.s.total), static_cast<unsigned>(a.attn.n_kv_heads), a.attn.pdl,
+                          stream, L);
 }
 
 }  // namespace ember::cuda

@@ -16,8 +16,8 @@
 // K/V head, int4 or fp8 o weights (qgemv.cuh's packed layout) with k = n_heads * 128, at most
 // kAttnOMaxKeys keys. x, the attention output, is rounded to BF16 (int4) / F16 (fp8) for the
 // tensor cores, as the staged GEMV rounds it.
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/qgemv.cuh"
-#include "core/dtype.h"
 
 #include <cuda_runtime.h>
 
@@ -29,32 +29,22 @@ constexpr int kAttnOMaxKeys = 2048;
 constexpr int kAttnORows = 32;  // o rows a block
 
 struct AttnOArgs {
-  const float* q = nullptr;   // [n_heads, 128] F32, rotated
-  float* attn_out = nullptr;  // [n_heads, 128] F32: the attention row, written by cluster 0
-  const void* k = nullptr;    // [n_blocks, block_size, n_kv_heads, 128] kv_type
-  const void* v = nullptr;
-  DType kv_type = DType::BF16;
-  const int32_t* seq_lens = nullptr;      // device [n_seqs]
-  const int32_t* block_tables = nullptr;  // device [n_seqs, max_blocks_per_seq]
-  const int32_t* seq_ids = nullptr;       // device [1] the sequence (null: sequence 0)
-  int max_blocks_per_seq = 0;
-  int block_size = 16;
-  int n_heads = 0;
-  int n_kv_heads = 0;
-  float scale = 1.0f;
-  float softcap = 0.0f;
-  int window = 0;
-  int max_kv = 0;  // host bound on seq_len (sizes the score buffer)
+  // The decode attention's launch (one sequence: seq_ids[0], or sequence 0 when null; its
+  // seq_lens, block_tables, max_blocks_per_seq, block_size, heads, head_dim 128, scale, softcap,
+  // window; max_kv bounds seq_len; pdl), whose out [n_heads, 128] F32 cluster 0 writes.
+  PagedAttnArgs attn;
   QFormat format = QFormat::Int4;
   const void* w = nullptr;  // packed o weights [m, n_heads * 128]
   int64_t m = 0;
   float* acc = nullptr;  // [m] += attn @ w^T
-  bool pdl = true;
+  int threads = 512;     // a block's: 512 or 256 (EMBER_CUDA_ATTN_O_THREADS, A/B runs)
 };
 
-// Whether launch_attn_o takes these arguments (shapes and types above; alignment of the
-// pointers; the cluster grid fits the GPU in one wave).
+// Whether launch_attn_o takes these arguments (shapes, types, pointers' alignment, shared memory).
 bool attn_o_takes(const AttnOArgs& a);
+// Whether its grid's clusters are all resident at once on this GPU (the GPCs' sizes bound clusters
+// of 8 blocks); an occupancy query, too slow for every launch: the backend caches it per shape.
+bool attn_o_one_wave(const AttnOArgs& a);
 
 cudaError_t launch_attn_o(const AttnOArgs& a, cudaStream_t stream);
 

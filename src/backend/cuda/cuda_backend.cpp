@@ -112,6 +112,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_ROPE")) be->gemv_rope_ = std::strcmp(v, "0") == 0 ? 0 : 1;
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
   if (const char* v = std::getenv("EMBER_CUDA_ATTN_O")) be->attn_o_ = std::strcmp(v, "1") == 0;
+  if (const char* v = std::getenv("EMBER_CUDA_ATTN_O_THREADS")) be->attn_o_threads_ = std::atoi(v) == 256 ? 256 : 512;
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_WHEN")) be->next_l2_when_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
@@ -803,31 +804,12 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
   if (x.data != g.out || x.n_rows() != 1 || x.n_cols() != static_cast<int64_t>(g.n_heads) * g.head_dim ||
       !(w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3) || acc.numel() != w.n_rows())
     return false;
-  AttnOArgs a;
-  a.q = g.q;
-  a.attn_out = g.out;
-  a.k = g.k;
-  a.v = g.v;
-  a.kv_type = g.kv_type;
-  a.seq_lens = g.seq_lens;
-  a.block_tables = g.block_tables;
-  a.seq_ids = g.seq_ids;
-  a.max_blocks_per_seq = g.max_blocks_per_seq;
-  a.block_size = g.block_size;
-  a.n_heads = g.n_heads;
-  a.n_kv_heads = g.n_kv_heads;
-  a.scale = g.scale;
-  a.softcap = g.softcap;
-  a.window = g.window;
-  a.max_kv = g.max_kv;
-  a.format = qformat_of(w.dtype);
-  a.w = w.data;
-  a.m = w.n_rows();
-  a.acc = acc.as<float>();
-  const auto key = std::make_tuple(static_cast<int>(a.format), static_cast<int>(a.kv_type), a.n_heads, a.n_kv_heads,
-                                   a.max_kv, a.block_size, a.m);
-  auto it = attn_o_fits_.find(key);
-  if (it == attn_o_fits_.end()) it = attn_o_fits_.emplace(key, attn_o_takes(a)).first;
+  const AttnOArgs a{g, qformat_of(w.dtype), w.data, w.n_rows(), acc.as<float>(), attn_o_threads_};
+  if (!attn_o_takes(a)) return false;
+  const auto key = std::make_tuple(static_cast<int>(a.format), static_cast<int>(g.kv_type), g.n_heads, g.n_kv_heads,
+                                   g.max_kv, g.block_size, a.m);
+  auto it = attn_o_one_wave_.find(key);
+  if (it == attn_o_one_wave_.end()) it = attn_o_one_wave_.emplace(key, attn_o_one_wave(a)).first;
   if (!it->second) return false;
   pat_.active = false;
   flush();  // (nothing else is pending after an attention: its own call flushed the rest)
@@ -835,6 +817,12 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
   ++attn_o_launches_;
   last_gemv_wtype_ = w.dtype;
   return true;
+}
+
+void CudaBackend::launch_attention_group(const PagedAttnArgs& a, AttnKernel kind) {
+  const size_t ws_bytes = attention_workspace_bytes(a, kind, num_sms_);
+  void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;
+  EMBER_CUDA_CHECK(launch_paged_attention(a, kind, ws, ws_bytes, num_sms_, stream_));
 }
 
 // Several int4 / int8 matrices of one x past the GEMV's rows (q / k / v, gate / up): x staged for
@@ -1261,10 +1249,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
     if (ids[c].empty()) continue;
     const PagedAttnArgs ac = group_args(c);
     // The groups split where attention_pick does (16 packed rows), so it picks per group.
-    const AttnKernel kind = attention_pick(ac);
-    const size_t ws_bytes = attention_workspace_bytes(ac, kind, num_sms_);
-    void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;
-    EMBER_CUDA_CHECK(launch_paged_attention(ac, kind, ws, ws_bytes, num_sms_, stream_));
+    launch_attention_group(ac, attention_pick(ac));
   }
 }
 

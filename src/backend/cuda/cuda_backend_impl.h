@@ -173,6 +173,8 @@ class CudaBackend final : public Backend, public CudaStep {
   // The o projection x @ w^T into acc with the held batch-1 decode attention (pat_) whose output
   // x is, as one kernel (attn_o.cuh); false (nothing launched) where that kernel does not apply.
   bool attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc);
+  // One attention launch (its workspace from attn_ws_).
+  void launch_attention_group(const PagedAttnArgs& a, AttnKernel kind);
   // accumulate: out += the product (matmul_accumulate).
   bool try_defer_gemv(const Tensor& x, const Tensor& w, const float* bias, Tensor& out, bool accumulate = false);
   struct PendingGemv {
@@ -466,10 +468,11 @@ class CudaBackend final : public Backend, public CudaStep {
   };
   PendingAttention pat_;
   bool attn_o_ = false;
+  int attn_o_threads_ = 512;  // EMBER_CUDA_ATTN_O_THREADS=256: blocks of 256 threads (A/B runs)
   uint64_t attn_o_launches_ = 0;
-  // attn_o_takes by (format, K/V type, heads, K/V heads, max_kv, block size, m): it asks the
-  // occupancy of a cluster grid, too slow for every layer of an eager step.
-  std::map<std::tuple<int, int, int, int, int, int, int64_t>, bool> attn_o_fits_;
+  // attn_o_one_wave by (format, K/V type, heads, K/V heads, max_kv, block size, m): an occupancy
+  // query, too slow for every layer of an eager step.
+  std::map<std::tuple<int, int, int, int, int, int, int64_t>, bool> attn_o_one_wave_;
   // The weights' type of the GEMV launched last (the q/k/v before an attention; F32: none yet).
   DType last_gemv_wtype_ = DType::F32;
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning

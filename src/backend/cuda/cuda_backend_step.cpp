@@ -172,9 +172,7 @@ void CudaBackend::flush() {
   roped_.active = false;
   if (pat_.active) {  // (the oldest pending op: attention flushed everything before it)
     pat_.active = false;
-    const size_t ws_bytes = attention_workspace_bytes(pat_.args, pat_.kind, num_sms_);
-    void* ws = ws_bytes ? scratch(attn_ws_, ws_bytes) : nullptr;
-    EMBER_CUDA_CHECK(launch_paged_attention(pat_.args, pat_.kind, ws, ws_bytes, num_sms_, stream_));
+    launch_attention_group(pat_.args, pat_.kind);
   }
   if (prs_active_) {  // (the oldest pending op: kv_store flushed everything before it)
     prs_active_ = false;

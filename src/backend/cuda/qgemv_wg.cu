@@ -356,15 +356,6 @@ bool weight_map(CUtensorMap* map, const void* w, int64_t m, int64_t k_pad, int k
   });
 }
 
-// Dynamic shared memory a block may opt in to on the current device.
-size_t smem_limit_bytes() {
-  int dev = 0, bytes = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return 0;
-  return static_cast<size_t>(bytes);
-}
-
 using WgKernel = void (*)(const WgArgs);
 
 template <bool kGlu, bool kNorm>
@@ -389,7 +380,7 @@ size_t dynamic_smem_limit(WgKernel kernel) {
   std::lock_guard<std::mutex> lock(mu);
   for (const Entry& e : known)
     if (e.kernel == kernel && e.device == dev) return e.bytes;
-  const size_t limit = smem_limit_bytes();
+  const size_t limit = static_cast<size_t>(smem_optin_bytes());
   cudaFuncAttributes fa{};
   size_t dyn = 0;
   if (limit > 0 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.sharedSizeBytes < limit) {
@@ -411,7 +402,7 @@ size_t smem_budget(WgKernel kernel, int blocks) {
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
     return 0;
-  const size_t static_bytes = smem_limit_bytes() - dyn;  // (dynamic_smem_limit: the opt-in limit less it)
+  const size_t static_bytes = static_cast<size_t>(smem_optin_bytes()) - dyn;  // (dynamic_smem_limit: the opt-in limit less it)
   const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(blocks);
   const size_t fixed = static_cast<size_t>(reserved) + static_bytes;
   return share > fixed ? std::min(dyn, share - fixed) : 0;

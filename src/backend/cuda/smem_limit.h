@@ -10,6 +10,15 @@
 
 namespace ember::cuda {
 
+// Dynamic shared memory a block may opt in to on the current device (0 when it cannot be read).
+inline int smem_optin_bytes() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return 0;
+  return bytes;
+}
+
 inline cudaError_t raise_smem_limit(const void* kernel, int bytes) {
   struct Entry {
     const void* kernel;
