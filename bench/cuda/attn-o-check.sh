@@ -2,8 +2,10 @@
 # One device call for the batch-1 decode attention fused with the packed o projection
 # (attn_o.cuh, EMBER_CUDA_ATTN_O; docs/CUDA_NOTES.md "Session 59"): its kernel test and its
 # whole-model test, then the same-binary A/B of batch-1 decode (ab-speed.sh) int4 and fp8 with it
-# off (the default), on (512-thread blocks) and on with 256-thread blocks, and a CUPTI trace of
-# int4 with it on (each kernel's share of a step, to set beside session 57's table).
+# off (the default), on (512-thread blocks), on with 256-thread blocks and for int4 on 64-row
+# blocks of each size (fp8's runs ignore the rows: a same-setting control), and a CUPTI trace of
+# int4 with it on at 64 rows (each kernel's share of a step, to set beside session 57's table).
+# First bench_cuda_kernels attn-o where the tar has it: each kernel alone at 128-2048 keys.
 #
 #   bench/cuda/pack-device.sh .devdeps/a ember test_cuda_backend test_cuda_model libember_cupti_trace.so
 #   BIN_TAR=.devdeps/a/bins.tar.xz DEB_DIR=.devdeps/a/debs SETUP=1 bench/cuda/attn-o-check.sh
@@ -13,10 +15,20 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${LOG_DIR:-$OUT}
-A=EMBER_CUDA_ATTN_O
+A=EMBER_CUDA_ATTN_O T=EMBER_CUDA_ATTN_O_THREADS R=EMBER_CUDA_ATTN_O_ROWS
+if [[ -n ${BIN_TAR:-} ]] && tar -tJf "$BIN_TAR" | grep -qx bench_cuda_kernels; then
+  # shellcheck disable=SC2034  # (read by device-setup.sh)
+  debs=${DEB_DIR:-$root/.devdeps}
+  source "$root/bench/cuda/device-setup.sh"
+  mkdir -p "$out" /tmp/ember-attn-o && tar -xJf "$BIN_TAR" -C /tmp/ember-attn-o bench_cuda_kernels
+  timeout 200 /tmp/ember-attn-o/bench_cuda_kernels attn-o >"$out/bench-attn-o.log" 2>&1
+  echo "== bench_cuda_kernels attn-o: rc=$? (us a launch)"
+  grep -E "^(RESULT|SKIP|device)" "$out/bench-attn-o.log" | cut -d'|' -f3-
+fi
 ROUNDS=${ROUNDS:-2} FORMATS="${FORMATS:-int4 fp8}" LOG_DIR=$out \
   TESTS="test_cuda_backend test_cuda_model" TEST_ENV="GTEST_FILTER=CudaQuant.AttnO*:CudaModel.AttnO*" \
-  RUNS="ember ember:$A=1 ember:$A=1,EMBER_CUDA_ATTN_O_THREADS=256" TRACES="${TRACES-int4:ember:$A=1}" \
+  RUNS="ember ember:$A=1 ember:$A=1,$T=256 ember:$A=1,$R=64 ember:$A=1,$R=64,$T=256" \
+  TRACES="${TRACES-int4:ember:$A=1,$R=64}" \
   bash "$root/bench/cuda/ab-speed.sh"
 for f in "$out"/trace-*.txt; do
   [[ -f $f ]] && { echo "== $f"; head -40 "$f"; }

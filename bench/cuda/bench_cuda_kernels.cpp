@@ -7,6 +7,7 @@
 // graph replays of many launches, the way a decode step runs them.
 #include "graph_timing.h"
 #include "pdl_chain.h"
+#include "backend/cuda/attn_o.cuh"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -996,6 +997,82 @@ void profile_prefill_one(cudaStream_t s, int sms, int argc, char** argv) {
   std::printf("prefill-one keys %d mode %d: 3 launches\n", p.a.prefill_keys, p.a.prefill_mode);
 }
 
+// The batch-1 decode attention and the o projection (Llama-3-8B: 32 query heads, 8 K/V heads,
+// o 4096 x 4096) as two kernels (the decode attention, then the packed GEMV) and as one
+// (attn_o.cuh: blocks of 512 and 256 threads, of 32 o rows and for int4 of 64), each launch on
+// the next of 8 sequences' K/V and the next copy of the o weights (more than the L2 holds), PDL
+// on every launch as in a step. The fused kernel's active clusters beside its grid's (the
+// backend takes it only in one wave).
+void bench_attn_o(cudaStream_t s, int sms) {
+  const int H = 32, KV = 8, D = 128, bs = 16, seqs = 8;
+  const int64_t m = 4096, k = int64_t{H} * D;
+  auto* q = static_cast<float*>(dmalloc(static_cast<size_t>(k) * 4));
+  auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(k) * 4));
+  auto* acc = static_cast<float*>(dmalloc(static_cast<size_t>(m) * 4));
+  auto* ids = static_cast<int32_t*>(dmalloc(seqs * 4));
+  CK(launch_fill_random(DType::F32, q, k, 7, -0.5f, 0.5f, s));
+  CK(launch_fill_random(DType::F32, acc, m, 8, -1.0f, 1.0f, s));
+  std::vector<int32_t> iota(seqs);
+  std::iota(iota.begin(), iota.end(), 0);
+  CK(cudaMemcpy(ids, iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
+  for (QFormat f : {QFormat::Int4, QFormat::Fp8}) {
+    const char* fname = f == QFormat::Int4 ? "int4" : "fp8";
+    const PackedGemvData data(f, m, k, 2, s);
+    const int copies = data.copies();
+    for (int len : {128, 384, 1024, 2048}) {
+      PagedSetup ps(seqs, len, 1, KV, D, bs, s);
+      auto attn_args = [&](int i) {
+        PagedAttnArgs a = ps.args(q, out, 1, len, H, KV, D, bs);
+        a.seq_ids = ids + i % seqs;
+        a.n_launch_seqs = 1;
+        a.pdl = true;
+        return a;
+      };
+      const size_t ws_bytes = attention_workspace_bytes(attn_args(0), AttnKernel::Decode, sms);
+      void* ws = ws_bytes ? dmalloc(ws_bytes) : nullptr;
+      const std::string shape = std::string(fname) + " h32/kv8 len " + std::to_string(len) + " o 4096x4096";
+      const int per_graph = std::max(copies, 64);
+      auto attention = [&](int i) { CK(launch_paged_attention(attn_args(i), AttnKernel::Decode, ws, ws_bytes, sms, s)); };
+      auto report = [&](const std::string& what, double ms, const std::string& note = "") {
+        result("attn-o", what + " " + shape, ms * 1e3, "us", note);
+      };
+      report("attention", time_graph(s, per_graph, 9, attention));
+      report("o GEMV", time_graph(s, per_graph, 9, [&](int i) { data.launch(i, f, m, k, 1, false, QGemvPath::Auto, s); }));
+      report("attention + o GEMV", time_graph(s, per_graph, 9, [&](int i) {
+               attention(i);
+               data.launch(i, f, m, k, 1, false, QGemvPath::Auto, s);
+             }));
+      for (int variant : {0, 1, 2, 3}) {
+        const int threads = variant % 2 ? 256 : 512, rows = variant >= 2 ? 64 : 32;
+        if (rows == 64 && f != QFormat::Int4) continue;
+        AttnOArgs a;
+        a.rows = rows;
+        a.attn = attn_args(0);
+        a.format = f;
+        a.w = data.w[0];
+        a.m = m;
+        a.acc = acc;
+        a.threads = threads;
+        if (!attn_o_takes(a)) {
+          std::printf("SKIP|attn-o|fused %d threads %d rows %s|not taken\n", threads, rows, shape.c_str());
+          continue;
+        }
+        const int clusters = attn_o_max_clusters(a);
+        const double ms = time_graph(s, per_graph, 9, [&](int i) {
+          a.attn = attn_args(i);
+          a.w = data.w[i % copies];
+          CK(launch_attn_o(a, s));
+        });
+        report("fused " + std::to_string(threads) + " threads " + std::to_string(rows) + " rows", ms,
+               std::to_string(clusters) + " clusters at once, " + (attn_o_one_wave(a) ? "one wave" : "NOT one wave"));
+      }
+      if (ws) CK(cudaFree(ws));
+    }
+  }
+  for (void* p : {static_cast<void*>(q), static_cast<void*>(out), static_cast<void*>(acc), static_cast<void*>(ids)})
+    CK(cudaFree(p));
+}
+
 // The floor of a kernel boundary: graphs of 200 trivial kernels, each reading what the one
 // before wrote, launched plainly and as programmatic dependents.
 void bench_pdl_chain(cudaStream_t s) {
@@ -1048,6 +1125,10 @@ int main(int argc, char** argv) {
   }
   if (only == "prefill-one") {
     profile_prefill_one(s, prop.multiProcessorCount, argc, argv);
+    return 0;
+  }
+  if (only == "attn-o") {
+    bench_attn_o(s, prop.multiProcessorCount);
     return 0;
   }
   if (only == "pdl-chain") {

@@ -1089,7 +1089,8 @@ TEST(CudaQuant, GemvGateChangesNothing) {
 // attention of the same cache and the decoded packed o weights: the attention row it writes (F32)
 // and acc + round(row) @ w^T (x rounded to BF16 for int4, F16 for fp8, as the kernel feeds its
 // tensor cores). Paged cache with a shuffled block table, odd block sizes, GQA groups 1-8, m past a
-// whole 32-row tile, sliding window, soft-capping, F16 K/V, one key and 1,500 keys.
+// whole 32-row tile, sliding window, soft-capping, F16 K/V, one key and 1,500 keys; blocks of 512
+// and 256 threads, of 32 o rows and (int4) 64; k 8192 refused where its rows overflow shared memory.
 TEST(CudaQuant, AttnOMatchesReference) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -1157,16 +1158,21 @@ TEST(CudaQuant, AttnOMatchesReference) {
       a.w = w.t.data;
       a.m = c.m;
       a.acc = static_cast<float*>(accd.t.data);
-      const bool fp8_too_big = std::string(f) == "fp8" && c.n_heads == 64;  // (256 KiB of o rows a block)
-      // Blocks of 512 threads (the default), then of 256 (EMBER_CUDA_ATTN_O_THREADS), from acc0 each.
-      for (const int threads : {512, 256}) {
+      // Blocks of 512 threads (the default), then of 256 (EMBER_CUDA_ATTN_O_THREADS), of 32 o
+      // rows, and for int4 of 64 (EMBER_CUDA_ATTN_O_ROWS), from acc0 each.
+      for (const int variant : {0, 1, 2, 3}) {
+        const int threads = variant % 2 ? 256 : 512, rows = variant >= 2 ? 64 : 32;
+        if (rows == 64 && std::string(f) != "int4") continue;
         a.threads = threads;
-        const std::string tl = label + " threads " + std::to_string(threads);
+        a.rows = rows;
+        // (k 8192: 256 KiB of o rows a block in fp8, 257 KiB at 64 int4 rows)
+        const bool too_big = c.n_heads == 64 && (std::string(f) == "fp8" || rows == 64);
+        const std::string tl = label + " threads " + std::to_string(threads) + " rows " + std::to_string(rows);
         backend()->upload(accd.t.data, acc0.data(), acc0.size() * sizeof(float));
         const bool takes = cuda::attn_o_takes(a);
         const bool launched = takes && cuda::launch_attn_o(a, nullptr) == cudaSuccess;
-        ASSERT_EQ(takes, !fp8_too_big) << tl;
-        if (fp8_too_big) continue;
+        ASSERT_EQ(takes, !too_big) << tl;
+        if (too_big) continue;
         ASSERT_TRUE(launched) << tl;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << tl;
         // The reference attention row.

@@ -16,7 +16,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 using qgemm_detail::clustered_config;
-using qgemm_detail::i4_scaled;
+using qgemm_detail::i4_exact;
 using qgemm_detail::launch_clustered;
 
 constexpr int kHeadDim = 128;
@@ -40,14 +40,14 @@ struct Smem {
 
 // (warps: the block's; the partials of P V are per warp)
 __host__ __device__ inline Smem smem_layout(QFormat f, int n_heads, int n_kv_heads, int max_kv, int block_size,
-                                            int warps) {
+                                            int warps, int rows) {
   Smem s;
   const int k = n_heads * kHeadDim, g = n_heads / n_kv_heads;
   const int row_bytes = f == QFormat::Int4 ? k / 2 : k;
   s.w_stride = row_bytes + 16;
-  int o = kAttnORows * s.w_stride;
+  int o = rows * s.w_stride;
   s.sc = o;
-  o += align16(f == QFormat::Int4 ? 2 * (k / kQGroup) * 16 * 2 : kAttnORows * 4);
+  o += align16(f == QFormat::Int4 ? rows / 16 * (k / kQGroup) * 16 * 2 : rows * 4);
   s.x = o;
   o += align16(k * 2);
   s.q = o;
@@ -61,7 +61,7 @@ __host__ __device__ inline Smem smem_layout(QFormat f, int n_heads, int n_kv_hea
   s.inv = o;
   o += align16(kMaxGroup * 4);
   s.red = o;
-  o += warps / 2 * kAttnORows * 4;
+  o += warps / (rows / 16) * rows * 4;
   s.total = o;
   return s;
 }
@@ -88,10 +88,11 @@ __device__ __forceinline__ void widen8(const uint4 u, float (&f)[8]) {
   }
 }
 
-// kThreads: 256 or 512; the GEMV's warps are 2 row tiles x kThreads / 64 k slices.
-template <QFormat F, typename T, int kThreads>
+// kThreads: 256 or 512; kRows: 32 or 64 o rows a block; the GEMV's warps are kRows / 16 row
+// tiles x the rest k slices.
+template <QFormat F, typename T, int kThreads, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
-  constexpr int kWarps = kThreads / 32, kSlices = kWarps / 2;
+  constexpr int kWarps = kThreads / 32, kTiles = kRows / 16, kSlices = kWarps / kTiles;
   constexpr int kKeySlots = kThreads / 8;  // keys a pass of the score loop (8 threads a key)
   extern __shared__ __align__(16) uint8_t smem[];
   const AttnOArgs& a = L.a;
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int n_kv = at.n_kv_heads, group = at.n_heads / n_kv, k = at.n_heads * kHeadDim;
   const int kvh = static_cast<int>(cluster.block_rank());
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnORows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int64_t row_bytes = F == QFormat::Int4 ? k / 2 : k;
 
   // 1. This block's o rows and their scales into shared memory: weights, which no kernel of the
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   const auto* wg = static_cast<const uint8_t*>(a.w);
   {
     const int chunks = static_cast<int>(row_bytes / 16);
-    for (int i = tid; i < kAttnORows * chunks; i += kThreads) {
+    for (int i = tid; i < kRows * chunks; i += kThreads) {
       const int row = i / chunks, c = i - row * chunks;
       const bool ok = r0 + row < a.m;
       cp_async_16(smem + row * s.w_stride + c * 16, wg + (ok ? (r0 + row) * row_bytes + c * 16 : 0), ok);
@@ -117,14 +118,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
     const uint8_t* sg = wg + qweight_scales_offset(F, a.m, k);
     if constexpr (F == QFormat::Int4) {
       const int tile_bytes = k / kQGroup * 32, tile_chunks = tile_bytes / 16;  // a 16-row tile's scales
-      for (int i = tid; i < 2 * tile_chunks; i += kThreads) {
+      for (int i = tid; i < kTiles * tile_chunks; i += kThreads) {
         const int t = i / tile_chunks, c = i - t * tile_chunks;
         const int64_t tile = r0 / 16 + t;
         const bool ok = tile * 16 < a.m;
         cp_async_16(smem + s.sc + t * tile_bytes + c * 16, sg + (ok ? tile * tile_bytes + c * 16 : 0), ok);
       }
     } else {
-      if (tid < kAttnORows) {
+      if (tid < kRows) {
         const bool ok = r0 + tid < a.m;
         cp_async_4(smem + s.sc + tid * 4, sg + (ok ? (r0 + tid) * 4 : 0), ok);
       }
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   cluster.sync();  // every block's slice of x is in every block; this block's weights too
 
   // 3. acc[r0 .. r0 + 32) += x @ w^T: warp = (row tile mt, k slice ks).
-  const int mt = warp & 1, ks = warp >> 1, g = lane >> 2, c = lane & 3;  // ks < kSlices
+  const int mt = warp % kTiles, ks = warp / kTiles, g = lane >> 2, c = lane & 3;  // ks < kSlices
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const uint8_t* rg = smem + (mt * 16 + g) * s.w_stride + 4 * c;
   const uint8_t* rg8 = rg + 8 * s.w_stride;
@@ -297,13 +298,13 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
       const uint32_t w0 = *reinterpret_cast<const uint32_t*>(rg + sl * 16);
       const uint32_t w1 = *reinterpret_cast<const uint32_t*>(rg8 + sl * 16);
       const int grp = sl >> 2;
-      const __nv_bfloat162 s0 = __bfloat162bfloat162(scs[grp * 16 + g]);
-      const __nv_bfloat162 s1 = __bfloat162bfloat162(scs[grp * 16 + g + 8]);
       const uint4 xv = xq[sl * 4 + c];
-      mma_k16<__nv_bfloat16>(acc, i4_scaled(w0, 0, s0), i4_scaled(w1, 0, s1), i4_scaled(w0, 1, s0),
-                             i4_scaled(w1, 1, s1), xv.x, xv.y);
-      mma_k16<__nv_bfloat16>(acc, i4_scaled(w0, 2, s0), i4_scaled(w1, 2, s1), i4_scaled(w0, 3, s0),
-                             i4_scaled(w1, 3, s1), xv.z, xv.w);
+      // (q - 8) exactly in BF16; the group's scale applied once, in F32, as the GEMV applies it
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_k16<__nv_bfloat16>(part, i4_exact(w0, 0), i4_exact(w1, 0), i4_exact(w0, 1), i4_exact(w1, 1), xv.x, xv.y);
+      mma_k16<__nv_bfloat16>(part, i4_exact(w0, 2), i4_exact(w1, 2), i4_exact(w0, 3), i4_exact(w1, 3), xv.z, xv.w);
+      acc[0] = fmaf(__bfloat162float(scs[grp * 16 + g]), part[0], acc[0]);
+      acc[2] = fmaf(__bfloat162float(scs[grp * 16 + g + 8]), part[2], acc[2]);
     }
   } else {
     const uint2* xq = reinterpret_cast<const uint2*>(xs);  // 4 F16 a lane: slice elements 4c .. 4c + 3
@@ -315,16 +316,16 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
       mma_k16<__half>(acc, h0.x, h1.x, h0.y, h1.y, xv.x, xv.y);
     }
   }
-  float* red = reinterpret_cast<float*>(smem + s.red);  // [kSlices][32]
+  float* red = reinterpret_cast<float*>(smem + s.red);  // [kSlices][kRows]
   if (c == 0) {  // (every column of the product is x's: take column 0)
-    red[ks * kAttnORows + mt * 16 + g] = acc[0];
-    red[ks * kAttnORows + mt * 16 + g + 8] = acc[2];
+    red[ks * kRows + mt * 16 + g] = acc[0];
+    red[ks * kRows + mt * 16 + g + 8] = acc[2];
   }
   __syncthreads();
-  if (tid < kAttnORows && r0 + tid < a.m) {
+  if (tid < kRows && r0 + tid < a.m) {
     float y = 0.0f;
 #pragma unroll
-    for (int q = 0; q < kSlices; ++q) y += red[q * kAttnORows + tid];
+    for (int q = 0; q < kSlices; ++q) y += red[q * kRows + tid];
     if constexpr (F != QFormat::Int4) y *= reinterpret_cast<const float*>(smem + s.sc)[tid];
     a.acc[r0 + tid] += y;
   }
@@ -332,24 +333,29 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
 
 using Kernel = void (*)(const Launch);
 
-template <QFormat F, int kThreads>
+template <QFormat F, int kThreads, int kRows>
 Kernel kernel_of(DType kv) {
-  return kv == DType::F16 ? attn_o_kernel<F, __half, kThreads> : attn_o_kernel<F, __nv_bfloat16, kThreads>;
+  return kv == DType::F16 ? attn_o_kernel<F, __half, kThreads, kRows> : attn_o_kernel<F, __nv_bfloat16, kThreads, kRows>;
 }
 
+// (64 rows for int4 only: fp8's would take 256 KiB of shared memory)
 Kernel pick_kernel(const AttnOArgs& a) {
-  if (a.format == QFormat::Int4)
-    return a.threads == 256 ? kernel_of<QFormat::Int4, 256>(a.attn.kv_type) : kernel_of<QFormat::Int4, 512>(a.attn.kv_type);
-  return a.threads == 256 ? kernel_of<QFormat::Fp8, 256>(a.attn.kv_type) : kernel_of<QFormat::Fp8, 512>(a.attn.kv_type);
+  const DType kv = a.attn.kv_type;
+  if (a.format == QFormat::Int4) {
+    if (a.rows == 64)
+      return a.threads == 256 ? kernel_of<QFormat::Int4, 256, 64>(kv) : kernel_of<QFormat::Int4, 512, 64>(kv);
+    return a.threads == 256 ? kernel_of<QFormat::Int4, 256, 32>(kv) : kernel_of<QFormat::Int4, 512, 32>(kv);
+  }
+  return a.threads == 256 ? kernel_of<QFormat::Fp8, 256, 32>(kv) : kernel_of<QFormat::Fp8, 512, 32>(kv);
 }
 
 Smem layout_of(const AttnOArgs& a) {
   const PagedAttnArgs& at = a.attn;
-  return smem_layout(a.format, at.n_heads, at.n_kv_heads, at.max_kv, at.block_size, a.threads / 32);
+  return smem_layout(a.format, at.n_heads, at.n_kv_heads, at.max_kv, at.block_size, a.threads / 32, a.rows);
 }
 
 int blocks_of(const AttnOArgs& a) {
-  const int64_t tiles = (a.m + kAttnORows - 1) / kAttnORows, c = a.attn.n_kv_heads;
+  const int64_t tiles = (a.m + a.rows - 1) / a.rows, c = a.attn.n_kv_heads;
   return static_cast<int>((tiles + c - 1) / c * c);
 }
 
@@ -359,6 +365,7 @@ bool attn_o_takes(const AttnOArgs& a) {
   const PagedAttnArgs& at = a.attn;
   if (!(at.kv_type == DType::BF16 || at.kv_type == DType::F16) || at.head_dim != kHeadDim) return false;
   if (!(a.format == QFormat::Int4 || a.format == QFormat::Fp8) || !(a.threads == 256 || a.threads == 512)) return false;
+  if (!(a.rows == 32 || (a.rows == 64 && a.format == QFormat::Int4))) return false;
   if (at.n_kv_heads < 1 || at.n_kv_heads > 8 || at.n_heads % at.n_kv_heads != 0 ||
       at.n_heads / at.n_kv_heads > kMaxGroup)
     return false;
@@ -371,9 +378,9 @@ bool attn_o_takes(const AttnOArgs& a) {
   return layout_of(a).total <= smem_optin_bytes();
 }
 
-bool attn_o_one_wave(const AttnOArgs& a) {
+int attn_o_max_clusters(const AttnOArgs& a) {
   const Kernel kernel = pick_kernel(a);
-  if (raise_smem_limit(reinterpret_cast<const void*>(kernel), smem_optin_bytes()) != cudaSuccess) return false;
+  if (raise_smem_limit(reinterpret_cast<const void*>(kernel), smem_optin_bytes()) != cudaSuccess) return 0;
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg = clustered_config(dim3(static_cast<unsigned>(blocks_of(a))), a.threads,
                                                   static_cast<size_t>(layout_of(a).total),
@@ -381,10 +388,12 @@ bool attn_o_one_wave(const AttnOArgs& a) {
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return clusters >= blocks_of(a) / a.attn.n_kv_heads;
+  return clusters;
 }
+
+bool attn_o_one_wave(const AttnOArgs& a) { return attn_o_max_clusters(a) >= blocks_of(a) / a.attn.n_kv_heads; }
 
 cudaError_t launch_attn_o(const AttnOArgs& a, cudaStream_t stream) {
   const Launch L{a, layout_of(a)};

@@ -5,7 +5,7 @@
 // r of a cluster computes the attention of K/V head r (its n_heads / n_kv_heads query heads, all
 // keys) and writes that slice of the attention output into the shared memory of every block of
 // its cluster, so after one cluster barrier each block holds the whole attention row and
-// multiplies it by its own 32 rows of the packed o weights, which it copied into shared memory
+// multiplies it by its own 32 (or 64) rows of the packed o weights, which it copied into shared memory
 // before its PDL wait; it adds the products into the residual (acc += attn @ w_o^T, no
 // reduction across blocks: the order of the sums does not depend on timing). Each cluster
 // recomputes the attention (n_kv_heads blocks), so the keys are read once a cluster (from L2),
@@ -26,7 +26,6 @@
 namespace ember::cuda {
 
 constexpr int kAttnOMaxKeys = 2048;
-constexpr int kAttnORows = 32;  // o rows a block
 
 struct AttnOArgs {
   // The decode attention's launch (one sequence: seq_ids[0], or sequence 0 when null; its
@@ -38,6 +37,9 @@ struct AttnOArgs {
   int64_t m = 0;
   float* acc = nullptr;  // [m] += attn @ w^T
   int threads = 512;     // a block's: 512 or 256 (EMBER_CUDA_ATTN_O_THREADS, A/B runs)
+  // o rows a block: 32, or 64 for int4 (EMBER_CUDA_ATTN_O_ROWS): half the clusters, so the
+  // attention is recomputed half as often
+  int rows = 32;
 };
 
 // Whether launch_attn_o takes these arguments (shapes, types, pointers' alignment, shared memory).
@@ -45,6 +47,9 @@ bool attn_o_takes(const AttnOArgs& a);
 // Whether its grid's clusters are all resident at once on this GPU (the GPCs' sizes bound clusters
 // of 8 blocks); an occupancy query, too slow for every launch: the backend caches it per shape.
 bool attn_o_one_wave(const AttnOArgs& a);
+// The clusters of its grid this GPU runs at once (cudaOccupancyMaxActiveClusters; 0 where the
+// query fails), which attn_o_one_wave compares with the grid's.
+int attn_o_max_clusters(const AttnOArgs& a);
 
 cudaError_t launch_attn_o(const AttnOArgs& a, cudaStream_t stream);
 

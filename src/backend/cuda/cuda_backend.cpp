@@ -113,6 +113,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
   if (const char* v = std::getenv("EMBER_CUDA_ATTN_O")) be->attn_o_ = std::strcmp(v, "1") == 0;
   if (const char* v = std::getenv("EMBER_CUDA_ATTN_O_THREADS")) be->attn_o_threads_ = std::atoi(v) == 256 ? 256 : 512;
+  if (const char* v = std::getenv("EMBER_CUDA_ATTN_O_ROWS")) be->attn_o_rows_ = std::atoi(v) == 64 ? 64 : 32;
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_WHEN")) be->next_l2_when_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2_KB"))
@@ -804,7 +805,8 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
   if (x.data != g.out || x.n_rows() != 1 || x.n_cols() != static_cast<int64_t>(g.n_heads) * g.head_dim ||
       !(w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3) || acc.numel() != w.n_rows())
     return false;
-  const AttnOArgs a{g, qformat_of(w.dtype), w.data, w.n_rows(), acc.as<float>(), attn_o_threads_};
+  const QFormat f = qformat_of(w.dtype);
+  const AttnOArgs a{g, f, w.data, w.n_rows(), acc.as<float>(), attn_o_threads_, f == QFormat::Int4 ? attn_o_rows_ : 32};
   if (!attn_o_takes(a)) return false;
   const auto key = std::make_tuple(static_cast<int>(a.format), static_cast<int>(g.kv_type), g.n_heads, g.n_kv_heads,
                                    g.max_kv, g.block_size, a.m);

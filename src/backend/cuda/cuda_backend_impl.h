@@ -469,6 +469,7 @@ class CudaBackend final : public Backend, public CudaStep {
   PendingAttention pat_;
   bool attn_o_ = false;
   int attn_o_threads_ = 512;  // EMBER_CUDA_ATTN_O_THREADS=256: blocks of 256 threads (A/B runs)
+  int attn_o_rows_ = 32;      // EMBER_CUDA_ATTN_O_ROWS=64: int4 blocks of 64 o rows (A/B runs)
   uint64_t attn_o_launches_ = 0;
   // attn_o_one_wave by (format, K/V type, heads, K/V heads, max_kv, block size, m): an occupancy
   // query, too slow for every layer of an eager step.

@@ -49,13 +49,21 @@ inline PackedGemmArgs packed_gemm_args(QFormat f, const void* w, int64_t m, int6
   return a;
 }
 
-// Nibble pair p of int4 word w as BF16 q * s (s2: the scale twice; 136 comes off exactly, the
-// product rounds once: the value the dequantizing fallback stores).
-__device__ __forceinline__ uint32_t i4_scaled(uint32_t w, int p, __nv_bfloat162 s2) {
+// Nibble pair p of int4 word w as BF16 q - 8, exactly (136 comes off exactly; the scale left to
+// the caller).
+__device__ __forceinline__ uint32_t i4_exact(uint32_t w, int p) {
   uint32_t v = i4pair(w, p);
   const __nv_bfloat162 off = __halves2bfloat162(__ushort_as_bfloat16(0x4308), __ushort_as_bfloat16(0x4308));
-  __nv_bfloat162 b = __hmul2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), off), s2);
-  return *reinterpret_cast<uint32_t*>(&b);
+  const __nv_bfloat162 b = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), off);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// Nibble pair p of int4 word w as BF16 q * s (s2: the scale twice; the product rounds once: the
+// value the dequantizing fallback stores).
+__device__ __forceinline__ uint32_t i4_scaled(uint32_t w, int p, __nv_bfloat162 s2) {
+  uint32_t v = i4_exact(w, p);
+  const __nv_bfloat162 b = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&v), s2);
+  return *reinterpret_cast<const uint32_t*>(&b);
 }
 
 // After every block of the cluster has written its slice's partial sums of a tile of kRows
