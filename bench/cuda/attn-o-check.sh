@@ -7,7 +7,8 @@
 # int4 with it on at 64 rows (each kernel's share of a step, to set beside session 57's table).
 # First bench_cuda_kernels attn-o where the tar has it: each kernel alone at 128-2048 keys.
 #
-#   bench/cuda/pack-device.sh .devdeps/a ember test_cuda_backend test_cuda_model libember_cupti_trace.so
+#   bench/cuda/pack-device.sh .devdeps/a ember test_cuda_backend test_cuda_model libember_cupti_trace.so \
+#     bench_cuda_kernels
 #   BIN_TAR=.devdeps/a/bins.tar.xz DEB_DIR=.devdeps/a/debs SETUP=1 bench/cuda/attn-o-check.sh
 #
 # ROUNDS (default 2), FORMATS (default "int4 fp8"), TRACES (default int4 fused; empty: none).

@@ -807,8 +807,10 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
     return false;
   const QFormat f = qformat_of(w.dtype);
   const AttnOArgs a{g, f, w.data, w.n_rows(), acc.as<float>(), attn_o_threads_, f == QFormat::Int4 ? attn_o_rows_ : 32};
+  attn_o_last_format_ = static_cast<int>(f);
+  attn_o_last_m_ = a.m;
   if (!attn_o_takes(a)) return false;
-  const auto key = std::make_tuple(static_cast<int>(a.format), static_cast<int>(g.kv_type), g.n_heads, g.n_kv_heads,
+  const auto key = std::make_tuple(attn_o_last_format_, static_cast<int>(g.kv_type), g.n_heads, g.n_kv_heads,
                                    g.max_kv, g.block_size, a.m);
   auto it = attn_o_one_wave_.find(key);
   if (it == attn_o_one_wave_.end()) it = attn_o_one_wave_.emplace(key, attn_o_one_wave(a)).first;
@@ -819,6 +821,14 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
   ++attn_o_launches_;
   last_gemv_wtype_ = w.dtype;
   return true;
+}
+
+bool CudaBackend::attn_o_known_declined(const PagedAttnArgs& g) const {
+  if (g.max_kv > kAttnOMaxKeys) return true;
+  if (attn_o_last_format_ < 0) return false;
+  const auto it = attn_o_one_wave_.find(std::make_tuple(attn_o_last_format_, static_cast<int>(g.kv_type), g.n_heads,
+                                                        g.n_kv_heads, g.max_kv, g.block_size, attn_o_last_m_));
+  return it != attn_o_one_wave_.end() && !it->second;
 }
 
 void CudaBackend::launch_attention_group(const PagedAttnArgs& a, AttnKernel kind) {
@@ -1239,8 +1249,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const AttentionB
   if (attn_o_ && fuse_ && decode_alone && a.early_tiles && n_tokens == 1 && ids[0].size() == 1 && p.head_dim == 128 &&
       (a.kv_type == DType::BF16 || a.kv_type == DType::F16) && p.n_kv_heads <= 8) {
     const PagedAttnArgs ac = group_args(0);
-    pat_ = PendingAttention{true, ac, attention_pick(ac)};
-    return;
+    if (!attn_o_known_declined(ac)) {
+      pat_ = PendingAttention{true, ac, attention_pick(ac)};
+      return;
+    }
   }
   if (decode_alone && n_tokens == 1 && hold_gate_words_ && gate_point != 0 &&
       attention_decode_opens_gate(group_args(0), num_sms_)) {

@@ -173,6 +173,9 @@ class CudaBackend final : public Backend, public CudaStep {
   // The o projection x @ w^T into acc with the held batch-1 decode attention (pat_) whose output
   // x is, as one kernel (attn_o.cuh); false (nothing launched) where that kernel does not apply.
   bool attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc);
+  // Whether attn_o_project already found, for the o projection it saw last, that this attention's
+  // shape does not run in one wave (then holding it only costs the gate).
+  bool attn_o_known_declined(const PagedAttnArgs& g) const;
   // One attention launch (its workspace from attn_ws_).
   void launch_attention_group(const PagedAttnArgs& a, AttnKernel kind);
   // accumulate: out += the product (matmul_accumulate).
@@ -474,6 +477,12 @@ class CudaBackend final : public Backend, public CudaStep {
   // attn_o_one_wave by (format, K/V type, heads, K/V heads, max_kv, block size, m): an occupancy
   // query, too slow for every layer of an eager step.
   std::map<std::tuple<int, int, int, int, int, int, int64_t>, bool> attn_o_one_wave_;
+  // The o projection attn_o_project saw last (format, rows; -1: none yet): an attention whose
+  // cached answer for it is "not one wave" is not held, so that it keeps the o GEMV's gate (an
+  // attention held and then flushed launches without it: int4 -2.4%, fp8 -2.6% on an H100,
+  // session 60).
+  int attn_o_last_format_ = -1;
+  int64_t attn_o_last_m_ = 0;
   // The weights' type of the GEMV launched last (the q/k/v before an attention; F32: none yet).
   DType last_gemv_wtype_ = DType::F32;
   int decode_splits_ = 0;   // EMBER_CUDA_DECODE_SPLITS: forced decode split count, for tuning
