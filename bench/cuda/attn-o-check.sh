@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # One device call for the batch-1 decode attention fused with the packed o projection
-# (attn_o.cuh, EMBER_CUDA_ATTN_O; docs/CUDA_NOTES.md "Session 59"): its kernel test and its
-# whole-model test, then the same-binary A/B of batch-1 decode (ab-speed.sh) int4 and fp8 with it
-# off (the default), on (512-thread blocks), on with 256-thread blocks and for int4 on 64-row
-# blocks of each size (fp8's runs ignore the rows: a same-setting control), and a CUPTI trace of
-# int4 with it on at 64 rows (each kernel's share of a step, to set beside session 57's table).
+# (EMBER_CUDA_ATTN_O: =1 attn_o.cuh, docs/CUDA_NOTES.md "Session 59"; =2 the keys-split
+# attn_o_split.cuh, "Session 60"): their kernel test and whole-model test, then the same-binary
+# A/B of batch-1 decode (ab-speed.sh) int4 and fp8 with it off (the default), =2, =1 at 512-thread
+# blocks, at 256, and for int4 on 64-row blocks of each size (fp8's runs ignore the rows: a
+# same-setting control), and CUPTI traces of int4 and fp8 at =2 (each kernel's share of a step,
+# to set beside session 57's table).
 # First bench_cuda_kernels attn-o where the tar has it: each kernel alone at 128-2048 keys.
 #
 #   bench/cuda/pack-device.sh .devdeps/a ember test_cuda_backend test_cuda_model libember_cupti_trace.so \
 #     bench_cuda_kernels
 #   BIN_TAR=.devdeps/a/bins.tar.xz DEB_DIR=.devdeps/a/debs SETUP=1 bench/cuda/attn-o-check.sh
 #
-# ROUNDS (default 2), FORMATS (default "int4 fp8"), TRACES (default int4 fused; empty: none).
+# ROUNDS (default 2), FORMATS (default "int4 fp8"), TRACES (default int4 and fp8 at =2; empty: none).
 # LOG_DIR (default $OUT) gets the logs; the summaries print to stdout.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,8 +29,8 @@ if [[ -n ${BIN_TAR:-} ]] && tar -tJf "$BIN_TAR" | grep -qx bench_cuda_kernels; t
 fi
 ROUNDS=${ROUNDS:-2} FORMATS="${FORMATS:-int4 fp8}" LOG_DIR=$out \
   TESTS="test_cuda_backend test_cuda_model" TEST_ENV="GTEST_FILTER=CudaQuant.AttnO*:CudaModel.AttnO*" \
-  RUNS="ember ember:$A=1 ember:$A=1,$T=256 ember:$A=1,$R=64 ember:$A=1,$R=64,$T=256" \
-  TRACES="${TRACES-int4:ember:$A=1,$R=64}" \
+  RUNS="ember ember:$A=2 ember:$A=1 ember:$A=1,$T=256 ember:$A=1,$R=64 ember:$A=1,$R=64,$T=256" \
+  TRACES="${TRACES-int4:ember:$A=2 fp8:ember:$A=2}" \
   bash "$root/bench/cuda/ab-speed.sh"
 for f in "$out"/trace-*.txt; do
   [[ -f $f ]] && { echo "== $f"; head -40 "$f"; }

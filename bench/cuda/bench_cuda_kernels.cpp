@@ -8,6 +8,7 @@
 #include "graph_timing.h"
 #include "pdl_chain.h"
 #include "backend/cuda/attn_o.cuh"
+#include "backend/cuda/attn_o_split.cuh"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -1002,7 +1003,7 @@ void profile_prefill_one(cudaStream_t s, int sms, int argc, char** argv) {
 // (attn_o.cuh: blocks of 512 and 256 threads, of 32 o rows and for int4 of 64), each launch on
 // the next of 8 sequences' K/V and the next copy of the o weights (more than the L2 holds), PDL
 // on every launch as in a step. The fused kernel's active clusters beside its grid's (the
-// backend takes it only in one wave).
+// backend takes it only in one wave); the keys-split form (attn_o_split.cuh) last.
 void bench_attn_o(cudaStream_t s, int sms) {
   const int H = 32, KV = 8, D = 128, bs = 16, seqs = 8;
   const int64_t m = 4096, k = int64_t{H} * D;
@@ -1010,6 +1011,9 @@ void bench_attn_o(cudaStream_t s, int sms) {
   auto* out = static_cast<float*>(dmalloc(static_cast<size_t>(k) * 4));
   auto* acc = static_cast<float*>(dmalloc(static_cast<size_t>(m) * 4));
   auto* ids = static_cast<int32_t*>(dmalloc(seqs * 4));
+  auto* part = static_cast<float*>(dmalloc(static_cast<size_t>(KV * m) * 4));
+  auto* counters = static_cast<uint32_t*>(dmalloc(kAttnOSplitMaxChunks * 4));
+  CK(cudaMemset(counters, 0, kAttnOSplitMaxChunks * 4));
   CK(launch_fill_random(DType::F32, q, k, 7, -0.5f, 0.5f, s));
   CK(launch_fill_random(DType::F32, acc, m, 8, -1.0f, 1.0f, s));
   std::vector<int32_t> iota(seqs);
@@ -1066,10 +1070,25 @@ void bench_attn_o(cudaStream_t s, int sms) {
         report("fused " + std::to_string(threads) + " threads " + std::to_string(rows) + " rows", ms,
                std::to_string(clusters) + " clusters at once, " + (attn_o_one_wave(a) ? "one wave" : "NOT one wave"));
       }
+      {  // the keys-split form (attn_o_split.cuh)
+        AttnOSplitArgs a{attn_args(0), f, data.w[0], m, acc, part, counters};
+        if (!attn_o_split_takes(a)) {
+          std::printf("SKIP|attn-o|split %s|not taken\n", shape.c_str());
+        } else {
+          const int parts = attn_o_split_parts(a);
+          const double ms = time_graph(s, per_graph, 9, [&](int i) {
+            a.attn = attn_args(i);
+            a.w = data.w[i % copies];
+            CK(launch_attn_o_split(a, s));
+          });
+          report("split", ms, std::to_string(parts) + " cluster(s) of 8 a K/V head");
+        }
+      }
       if (ws) CK(cudaFree(ws));
     }
   }
-  for (void* p : {static_cast<void*>(q), static_cast<void*>(out), static_cast<void*>(acc), static_cast<void*>(ids)})
+  for (void* p : {static_cast<void*>(q), static_cast<void*>(out), static_cast<void*>(acc), static_cast<void*>(ids),
+                  static_cast<void*>(part), static_cast<void*>(counters)})
     CK(cudaFree(p));
 }
 

@@ -29,6 +29,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <utility>
 
 namespace ember {
 namespace {
@@ -1199,7 +1200,8 @@ TEST(CudaModel, HoldGateChangesNothing) {
 // fixtures' head_dim 16 never takes it): a prompt and ten graph-captured decode steps give logits
 // within 1% (relative L2, each step) of the separate attention and o GEMV (=0), whose attention
 // rounds Q and P to F16 where the fused one keeps F32, with blocks of 512 threads and of 256, and
-// the fused kernel ran (launched in int4 and fp8 with one of the two at least, never with =0).
+// the fused kernel ran (launched in int4 and fp8 with one of the two at least, never with =0);
+// likewise the keys-split form (=2, attn_o_split.cuh), which must launch.
 TEST(CudaModel, AttnOFusedCloseToSeparate) {
   SKIP_WITHOUT_GPU();
   const char* dir = std::getenv("EMBER_CUDA_TEST_MODEL");
@@ -1215,13 +1217,15 @@ TEST(CudaModel, AttnOFusedCloseToSeparate) {
     EXPECT_EQ(cuda_step(b->backend())->attn_o_launches(), 0u) << format << " with =0";
     b.reset();
     // Blocks of 512 threads and of 256: the kernel is taken only where its clusters fit in one
-    // wave, which depends on the GPU (H100: 256 only, session 60), so at least one must run it.
+    // wave, which depends on the GPU (H100: 256 only, session 60), so at least one must run it;
+    // then the keys-split form (=2), which has no such condition and must run.
     uint64_t launches = 0;
-    for (const char* threads : {"512", "256"}) {
-      auto a = load_runner_with(path, format, bpb, {{"EMBER_CUDA_ATTN_O", "1"}, {"EMBER_CUDA_ATTN_O_THREADS", threads}});
-      ASSERT_TRUE(a) << format;
+    for (const auto& [mode, threads] : {std::pair<const char*, const char*>{"1", "512"}, {"1", "256"}, {"2", nullptr}}) {
+      const std::string where = std::string(format) + " =" + mode + (threads ? std::string(", threads ") + threads : "");
+      auto a = load_runner_with(path, format, bpb, {{"EMBER_CUDA_ATTN_O", mode}, {"EMBER_CUDA_ATTN_O_THREADS", threads}});
+      ASSERT_TRUE(a) << where;
       const auto got = decode_logits(*a, prompt, n_decode, bpb, &want);
-      ASSERT_EQ(got.size(), want.size()) << format;
+      ASSERT_EQ(got.size(), want.size()) << where;
       for (size_t j = 0; j < want.size(); ++j) {
         double num = 0, den = 0;
         for (size_t i = 0; i < want[j].size(); ++i) {
@@ -1229,13 +1233,17 @@ TEST(CudaModel, AttnOFusedCloseToSeparate) {
           num += e * e;
           den += double(want[j][i]) * want[j][i];
         }
-        EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-2) << format << " threads " << threads << " step " << j;
+        EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-2) << where << " step " << j;
       }
       const uint64_t n = cuda_step(a->backend())->attn_o_launches();
-      std::printf("%s, %s threads: %llu fused launches\n", format, threads, static_cast<unsigned long long>(n));
-      launches += n;
+      std::printf("%s: %llu fused launches\n", where.c_str(), static_cast<unsigned long long>(n));
+      if (threads) {
+        launches += n;
+      } else {
+        EXPECT_GT(n, 0u) << where << ": fused launches";
+      }
     }
-    EXPECT_GT(launches, 0u) << format << ": fused launches";
+    EXPECT_GT(launches, 0u) << format << ": fused launches (=1)";
   }
 }
 

@@ -5,6 +5,7 @@
 // fused q/k/v and gate/up+GLU launches and get_rows of a packed table too. Random odd sizes,
 // outputs poisoned with NaN first.
 #include "backend/cuda/attn_o.cuh"
+#include "backend/cuda/attn_o_split.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qgemm.cuh"
 #include "backend/cuda/qgemm_wg.cuh"
@@ -1039,7 +1040,9 @@ TEST(CudaQuant, GemvGateChangesNothing) {
     for (const char* f : {"int4", "fp8", "int8"}) {
       const cuda::QFormat qf = qformat(f);
       const int64_t k = 4000;  // (int4: 32 units, the 4-unit ring an o projection takes)
-      if (twin_asked) EXPECT_EQ(cuda::qgemv_staged_gate_twin(qf), qf != cuda::QFormat::Int8) << f;
+      if (twin_asked) {
+        EXPECT_EQ(cuda::qgemv_staged_gate_twin(qf), qf != cuda::QFormat::Int8) << f;
+      }
       ASSERT_TRUE(cuda::qgemv_gate_takes(qf, 1, m, k, false)) << f;
       EXPECT_FALSE(cuda::qgemv_gate_takes(qf, 2, m, k, false)) << f;
       EXPECT_FALSE(cuda::qgemv_gate_takes(qf, 1, m, k, true)) << f;
@@ -1090,7 +1093,8 @@ TEST(CudaQuant, GemvGateChangesNothing) {
 // and acc + round(row) @ w^T (x rounded to BF16 for int4, F16 for fp8, as the kernel feeds its
 // tensor cores). Paged cache with a shuffled block table, odd block sizes, GQA groups 1-8, m past a
 // whole 32-row tile, sliding window, soft-capping, F16 K/V, one key and 1,500 keys; blocks of 512
-// and 256 threads, of 32 o rows and (int4) 64; k 8192 refused where its rows overflow shared memory.
+// and 256 threads, of 32 o rows and (int4) 64; k 8192 refused where its rows overflow shared memory;
+// and the keys-split form (attn_o_split.cuh) on every case, twice (its counters left zero).
 TEST(CudaQuant, AttnOMatchesReference) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -1158,6 +1162,47 @@ TEST(CudaQuant, AttnOMatchesReference) {
       a.w = w.t.data;
       a.m = c.m;
       a.acc = static_cast<float*>(accd.t.data);
+      // The reference attention row.
+      std::vector<double> row(static_cast<size_t>(k));
+      const int t0 = c.window > 0 ? std::max(0, c.len - c.window) : 0;
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int kv = h / group;
+        auto at = [&](int t, int i) {
+          return (static_cast<size_t>(table[static_cast<size_t>(t / c.block_size)]) * c.block_size + t % c.block_size) *
+                     c.n_kv * d + static_cast<size_t>(kv) * d + i;
+        };
+        std::vector<double> sc;
+        double mx = -1e300;
+        for (int t = t0; t < c.len; ++t) {
+          double dot = 0;
+          for (int i = 0; i < d; ++i) dot += double(q[static_cast<size_t>(h * d + i)]) * kh[at(t, i)];
+          dot *= 0.3;
+          if (c.softcap > 0) dot = c.softcap * std::tanh(dot / c.softcap);
+          sc.push_back(dot);
+          mx = std::max(mx, dot);
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < d; ++i) {
+          double o = 0;
+          for (int t = t0; t < c.len; ++t) o += sc[static_cast<size_t>(t - t0)] * vh[at(t, i)];
+          row[static_cast<size_t>(h * d + i)] = o / sum;
+        }
+      }
+      // After a launch from acc0 (and the row zeroed): the row, and acc against acc0 + the row
+      // the kernel wrote, rounded as it rounds it, times the decoded weights.
+      auto check = [&](const std::string& tl) {
+        const std::vector<float> got_row = download_floats(outd.t);
+        EXPECT_LE(rel(got_row, row), 1e-5) << tl << ": the attention row";
+        std::vector<double> ref = reference(got_row, w.dec, nullptr, 1, c.m, k, true,
+                                            std::string(f) == "int4" ? DType::BF16 : DType::F16);
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += acc0[i];
+        EXPECT_LE(rel(download_floats(accd.t), ref), 1e-4) << tl << ": acc";
+      };
+      auto reset = [&] {
+        backend()->upload(accd.t.data, acc0.data(), acc0.size() * sizeof(float));
+        ASSERT_EQ(cudaMemset(outd.t.data, 0, static_cast<size_t>(k) * sizeof(float)), cudaSuccess);
+      };
       // Blocks of 512 threads (the default), then of 256 (EMBER_CUDA_ATTN_O_THREADS), of 32 o
       // rows, and for int4 of 64 (EMBER_CUDA_ATTN_O_ROWS), from acc0 each.
       for (const int variant : {0, 1, 2, 3}) {
@@ -1168,48 +1213,33 @@ TEST(CudaQuant, AttnOMatchesReference) {
         // (k 8192: 256 KiB of o rows a block in fp8, 257 KiB at 64 int4 rows)
         const bool too_big = c.n_heads == 64 && (std::string(f) == "fp8" || rows == 64);
         const std::string tl = label + " threads " + std::to_string(threads) + " rows " + std::to_string(rows);
-        backend()->upload(accd.t.data, acc0.data(), acc0.size() * sizeof(float));
+        reset();
         const bool takes = cuda::attn_o_takes(a);
         const bool launched = takes && cuda::launch_attn_o(a, nullptr) == cudaSuccess;
         ASSERT_EQ(takes, !too_big) << tl;
         if (too_big) continue;
         ASSERT_TRUE(launched) << tl;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << tl;
-        // The reference attention row.
-        std::vector<double> row(static_cast<size_t>(k));
-        const int t0 = c.window > 0 ? std::max(0, c.len - c.window) : 0;
-        for (int h = 0; h < c.n_heads; ++h) {
-          const int kv = h / group;
-          auto at = [&](int t, int i) {
-            return (static_cast<size_t>(table[static_cast<size_t>(t / c.block_size)]) * c.block_size + t % c.block_size) *
-                       c.n_kv * d + static_cast<size_t>(kv) * d + i;
-          };
-          std::vector<double> sc;
-          double mx = -1e300;
-          for (int t = t0; t < c.len; ++t) {
-            double dot = 0;
-            for (int i = 0; i < d; ++i) dot += double(q[static_cast<size_t>(h * d + i)]) * kh[at(t, i)];
-            dot *= 0.3;
-            if (c.softcap > 0) dot = c.softcap * std::tanh(dot / c.softcap);
-            sc.push_back(dot);
-            mx = std::max(mx, dot);
-          }
-          double sum = 0;
-          for (double& x : sc) sum += (x = std::exp(x - mx));
-          for (int i = 0; i < d; ++i) {
-            double o = 0;
-            for (int t = t0; t < c.len; ++t) o += sc[static_cast<size_t>(t - t0)] * vh[at(t, i)];
-            row[static_cast<size_t>(h * d + i)] = o / sum;
-          }
-        }
-        const std::vector<float> got_row = download_floats(outd.t);
-        EXPECT_LE(rel(got_row, row), 1e-5) << tl << ": the attention row";
-        std::vector<float> x(static_cast<size_t>(k));
-        for (int i = 0; i < k; ++i) x[static_cast<size_t>(i)] = got_row[static_cast<size_t>(i)];
-        std::vector<double> ref = reference(x, w.dec, nullptr, 1, c.m, k, true,
-                                            std::string(f) == "int4" ? DType::BF16 : DType::F16);
-        for (size_t i = 0; i < ref.size(); ++i) ref[i] += acc0[i];
-        EXPECT_LE(rel(download_floats(accd.t), ref), 1e-4) << tl << ": acc";
+        check(tl);
+      }
+      // The keys-split form (attn_o_split.cuh; it takes every case), twice from acc0: the second
+      // launch finds the counters zero again, as the first must leave them.
+      DevTensor part = dev_tensor(DType::F32, {c.n_kv * c.m});
+      DevTensor counters = dev_tensor(DType::I32, {cuda::kAttnOSplitMaxChunks});
+      ASSERT_EQ(cudaMemset(counters.t.data, 0, cuda::kAttnOSplitMaxChunks * sizeof(uint32_t)), cudaSuccess);
+      const cuda::AttnOSplitArgs sa{pa, qformat(f), w.t.data, c.m, static_cast<float*>(accd.t.data),
+                                    static_cast<float*>(part.t.data), static_cast<uint32_t*>(counters.t.data)};
+      ASSERT_TRUE(cuda::attn_o_split_takes(sa)) << label << " split";
+      EXPECT_GE(cuda::attn_o_split_parts(sa), 1) << label;
+      for (int launch = 0; launch < 2; ++launch) {
+        const std::string tl = label + " split, launch " + std::to_string(launch + 1);
+        reset();
+        ASSERT_EQ(cuda::launch_attn_o_split(sa, nullptr), cudaSuccess) << tl;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << tl;
+        check(tl);
+        std::vector<int32_t> left(cuda::kAttnOSplitMaxChunks, -1);
+        backend()->download(left.data(), counters.t.data, left.size() * sizeof(int32_t));
+        for (const int32_t v : left) ASSERT_EQ(v, 0) << tl << ": a counter left non-zero";
       }
     }
   }

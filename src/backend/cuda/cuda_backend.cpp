@@ -111,7 +111,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   be->attn_rope_ = switched_on("EMBER_CUDA_ATTN_ROPE");
   if (const char* v = std::getenv("EMBER_CUDA_GEMV_ROPE")) be->gemv_rope_ = std::strcmp(v, "0") == 0 ? 0 : 1;
   be->keys_as_m_ = switched_on("EMBER_CUDA_KEYS_AS_M");
-  if (const char* v = std::getenv("EMBER_CUDA_ATTN_O")) be->attn_o_ = std::strcmp(v, "1") == 0;
+  if (const char* v = std::getenv("EMBER_CUDA_ATTN_O")) be->attn_o_ = std::clamp(std::atoi(v), 0, 2);
   if (const char* v = std::getenv("EMBER_CUDA_ATTN_O_THREADS")) be->attn_o_threads_ = std::atoi(v) == 256 ? 256 : 512;
   if (const char* v = std::getenv("EMBER_CUDA_ATTN_O_ROWS")) be->attn_o_rows_ = std::atoi(v) == 64 ? 64 : 32;
   if (const char* v = std::getenv("EMBER_CUDA_NEXT_L2")) be->next_l2_ = std::clamp(std::atoi(v), 0, 2);
@@ -136,6 +136,10 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(int device) {
   if (be->hold_gate_point_ != 0 || be->qgemv_gate_point_ != 0) {
     EMBER_CUDA_TRY(cudaMalloc(&be->hold_gate_words_, 3 * sizeof(uint32_t)));
     EMBER_CUDA_TRY(cudaMemset(be->hold_gate_words_, 0, 3 * sizeof(uint32_t)));
+  }
+  if (be->attn_o_ == 2) {  // (zeroed once here; every launch leaves them zero)
+    EMBER_CUDA_TRY(cudaMalloc(&be->attn_o_counters_, kAttnOSplitMaxChunks * sizeof(uint32_t)));
+    EMBER_CUDA_TRY(cudaMemset(be->attn_o_counters_, 0, kAttnOSplitMaxChunks * sizeof(uint32_t)));
   }
   if (const char* v = std::getenv("EMBER_CUDA_DECODE_SPLITS")) be->decode_splits_ = std::max(0, std::atoi(v));
   // Prefill-attention schedule, for A/B runs: 1 the warp-specialized kernel with 128-key tiles
@@ -215,6 +219,7 @@ CudaBackend::~CudaBackend() {
   if (nccl_comm_) nccl_comm_destroy(nccl_comm_);
   for (void* p : p2p_buffers_) cudaFree(p);
   if (hold_gate_words_) cudaFree(hold_gate_words_);
+  if (attn_o_counters_) cudaFree(attn_o_counters_);
 }
 
 uint64_t CudaBackend::hold_gate_timeouts() {
@@ -806,6 +811,7 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
       !(w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3) || acc.numel() != w.n_rows())
     return false;
   const QFormat f = qformat_of(w.dtype);
+  if (attn_o_ == 2) return attn_o_split_project(g, f, w, acc);
   const AttnOArgs a{g, f, w.data, w.n_rows(), acc.as<float>(), attn_o_threads_, f == QFormat::Int4 ? attn_o_rows_ : 32};
   attn_o_last_format_ = static_cast<int>(f);
   attn_o_last_m_ = a.m;
@@ -818,6 +824,19 @@ bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) 
   pat_.active = false;
   flush();  // (nothing else is pending after an attention: its own call flushed the rest)
   EMBER_CUDA_CHECK(launch_attn_o(a, stream_));
+  ++attn_o_launches_;
+  last_gemv_wtype_ = w.dtype;
+  return true;
+}
+
+bool CudaBackend::attn_o_split_project(const PagedAttnArgs& g, QFormat f, const Tensor& w, Tensor& acc) {
+  AttnOSplitArgs a{g, f, w.data, w.n_rows(), acc.as<float>(), nullptr, attn_o_counters_};
+  if (attn_o_split_parts(a) == 0) return false;
+  a.part = static_cast<float*>(scratch(attn_o_part_, attn_o_split_part_bytes(a)));
+  if (!attn_o_split_takes(a)) return false;
+  pat_.active = false;
+  flush();  // (nothing else is pending after an attention: its own call flushed the rest)
+  EMBER_CUDA_CHECK(launch_attn_o_split(a, stream_));
   ++attn_o_launches_;
   last_gemv_wtype_ = w.dtype;
   return true;

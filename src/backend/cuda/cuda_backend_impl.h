@@ -44,6 +44,7 @@
 // of the peer-to-peer kernel (nccl_group.cpp, p2p_allreduce.cuh).
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attn_o.cuh"
+#include "backend/cuda/attn_o_split.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemm_lt.h"
@@ -176,6 +177,9 @@ class CudaBackend final : public Backend, public CudaStep {
   // Whether attn_o_project already found, for the o projection it saw last, that this attention's
   // shape does not run in one wave (then holding it only costs the gate).
   bool attn_o_known_declined(const PagedAttnArgs& g) const;
+  // attn_o_project's EMBER_CUDA_ATTN_O=2 form (attn_o_split.cuh: the keys split over a cluster a
+  // K/V head, the heads' products summed by the last block of each rows chunk).
+  bool attn_o_split_project(const PagedAttnArgs& g, QFormat f, const Tensor& w, Tensor& acc);
   // One attention launch (its workspace from attn_ws_).
   void launch_attention_group(const PagedAttnArgs& a, AttnKernel kind);
   // accumulate: out += the product (matmul_accumulate).
@@ -462,7 +466,7 @@ class CudaBackend final : public Backend, public CudaStep {
   int hold_gate_arrivals_ = 0;
   uint64_t hold_gate_launches_ = 0;
   // A batch-1 decode attention held back for the o projection after it, which may take it into
-  // its own kernel (attn_o_project, EMBER_CUDA_ATTN_O=1; off by default until measured, see
+  // its own kernel (attn_o_project, EMBER_CUDA_ATTN_O=1 or 2; off by default until measured, see
   // docs/CUDA_NOTES.md "Session 59"); any flush launches it as it was.
   struct PendingAttention {
     bool active = false;
@@ -470,7 +474,9 @@ class CudaBackend final : public Backend, public CudaStep {
     AttnKernel kind = AttnKernel::Auto;
   };
   PendingAttention pat_;
-  bool attn_o_ = false;
+  int attn_o_ = 0;  // EMBER_CUDA_ATTN_O: 1 attn_o.cuh's kernel, 2 attn_o_split.cuh's
+  uint32_t* attn_o_counters_ = nullptr;  // [kAttnOSplitMaxChunks] (=2 only)
+  Scratch attn_o_part_;                  // attn_o_split's per-head products
   int attn_o_threads_ = 512;  // EMBER_CUDA_ATTN_O_THREADS=256: blocks of 256 threads (A/B runs)
   int attn_o_rows_ = 32;      // EMBER_CUDA_ATTN_O_ROWS=64: int4 blocks of 64 o rows (A/B runs)
   uint64_t attn_o_launches_ = 0;
