@@ -1,8 +1,6 @@
 // The batch-1 decode attention fused with the o projection (attn_o.cuh).
 #include "backend/cuda/attn_o.cuh"
-#include "backend/cuda/device_util.cuh"
-#include "backend/cuda/mma_util.cuh"
-#include "backend/cuda/qgemm_common.cuh"
+#include "backend/cuda/attn_o_tile.cuh"
 #include "backend/cuda/smem_limit.h"
 
 #include <cooperative_groups.h>
@@ -16,13 +14,9 @@ namespace {
 
 namespace cg = cooperative_groups;
 using qgemm_detail::clustered_config;
-using qgemm_detail::i4_exact;
 using qgemm_detail::launch_clustered;
+using namespace attn_o_detail;
 
-constexpr int kHeadDim = 128;
-constexpr int kMaxGroup = 8;  // query heads a K/V head
-
-constexpr int align16(int b) { return (b + 15) / 16 * 16; }
 
 // Byte offsets of a block's shared memory (host and device agree through this one function).
 struct Smem {
@@ -287,35 +281,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_o_kernel(const Launch L) {
   // 3. acc[r0 .. r0 + 32) += x @ w^T: warp = (row tile mt, k slice ks).
   const int mt = warp % kTiles, ks = warp / kTiles, g = lane >> 2, c = lane & 3;  // ks < kSlices
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const uint8_t* rg = smem + (mt * 16 + g) * s.w_stride + 4 * c;
-  const uint8_t* rg8 = rg + 8 * s.w_stride;
-  if constexpr (F == QFormat::Int4) {
-    const int groups = k / kQGroup;
-    const auto* scs = reinterpret_cast<const __nv_bfloat16*>(smem + s.sc) + mt * groups * 16;
-    const uint4* xq = reinterpret_cast<const uint4*>(xs);  // 8 BF16 a lane: slice elements 8c .. 8c + 7
-#pragma unroll 4
-    for (int sl = ks; sl < k / 32; sl += kSlices) {
-      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(rg + sl * 16);
-      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(rg8 + sl * 16);
-      const int grp = sl >> 2;
-      const uint4 xv = xq[sl * 4 + c];
-      // (q - 8) exactly in BF16; the group's scale applied once, in F32, as the GEMV applies it
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_k16<__nv_bfloat16>(part, i4_exact(w0, 0), i4_exact(w1, 0), i4_exact(w0, 1), i4_exact(w1, 1), xv.x, xv.y);
-      mma_k16<__nv_bfloat16>(part, i4_exact(w0, 2), i4_exact(w1, 2), i4_exact(w0, 3), i4_exact(w1, 3), xv.z, xv.w);
-      acc[0] = fmaf(__bfloat162float(scs[grp * 16 + g]), part[0], acc[0]);
-      acc[2] = fmaf(__bfloat162float(scs[grp * 16 + g + 8]), part[2], acc[2]);
-    }
-  } else {
-    const uint2* xq = reinterpret_cast<const uint2*>(xs);  // 4 F16 a lane: slice elements 4c .. 4c + 3
-#pragma unroll 4
-    for (int sl = ks; sl < k / 16; sl += kSlices) {
-      const uint2 h0 = fp8x4_to_half4<true>(*reinterpret_cast<const uint32_t*>(rg + sl * 16));
-      const uint2 h1 = fp8x4_to_half4<true>(*reinterpret_cast<const uint32_t*>(rg8 + sl * 16));
-      const uint2 xv = xq[sl * 4 + c];
-      mma_k16<__half>(acc, h0.x, h1.x, h0.y, h1.y, xv.x, xv.y);
-    }
-  }
+  const void* tile_scales = F == QFormat::Int4 ? smem + s.sc + mt * (k / kQGroup) * 32 : nullptr;
+  o_tile_mma<F>(acc, smem + mt * 16 * s.w_stride, s.w_stride, tile_scales, xs, k, ks, kSlices);
   float* red = reinterpret_cast<float*>(smem + s.red);  // [kSlices][kRows]
   if (c == 0) {  // (every column of the product is x's: take column 0)
     red[ks * kRows + mt * 16 + g] = acc[0];

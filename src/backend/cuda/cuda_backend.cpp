@@ -805,48 +805,52 @@ bool CudaBackend::matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& ac
   return true;
 }
 
+namespace {
+
+// attn_o_one_wave_'s key: the o projection's format and rows, the attention's shape.
+std::tuple<int, int, int, int, int, int, int64_t> attn_o_wave_key(int format, const PagedAttnArgs& g, int64_t m) {
+  return std::make_tuple(format, static_cast<int>(g.kv_type), g.n_heads, g.n_kv_heads, g.max_kv, g.block_size, m);
+}
+
+}  // namespace
+
 bool CudaBackend::attn_o_project(const Tensor& x, const Tensor& w, Tensor& acc) {
   const PagedAttnArgs& g = pat_.args;
   if (x.data != g.out || x.n_rows() != 1 || x.n_cols() != static_cast<int64_t>(g.n_heads) * g.head_dim ||
       !(w.dtype == DType::Q4_0 || w.dtype == DType::FP8_E4M3) || acc.numel() != w.n_rows())
     return false;
   const QFormat f = qformat_of(w.dtype);
-  if (attn_o_ == 2) return attn_o_split_project(g, f, w, acc);
   const AttnOArgs a{g, f, w.data, w.n_rows(), acc.as<float>(), attn_o_threads_, f == QFormat::Int4 ? attn_o_rows_ : 32};
-  attn_o_last_format_ = static_cast<int>(f);
-  attn_o_last_m_ = a.m;
-  if (!attn_o_takes(a)) return false;
-  const auto key = std::make_tuple(attn_o_last_format_, static_cast<int>(g.kv_type), g.n_heads, g.n_kv_heads,
-                                   g.max_kv, g.block_size, a.m);
-  auto it = attn_o_one_wave_.find(key);
-  if (it == attn_o_one_wave_.end()) it = attn_o_one_wave_.emplace(key, attn_o_one_wave(a)).first;
-  if (!it->second) return false;
+  AttnOSplitArgs sa{g, f, w.data, w.n_rows(), acc.as<float>(), nullptr, attn_o_counters_};
+  if (!(attn_o_ == 2 ? attn_o_split_ready(sa) : attn_o_one_wave_ready(a))) return false;
   pat_.active = false;
   flush();  // (nothing else is pending after an attention: its own call flushed the rest)
-  EMBER_CUDA_CHECK(launch_attn_o(a, stream_));
+  EMBER_CUDA_CHECK(attn_o_ == 2 ? launch_attn_o_split(sa, stream_) : launch_attn_o(a, stream_));
   ++attn_o_launches_;
   last_gemv_wtype_ = w.dtype;
   return true;
 }
 
-bool CudaBackend::attn_o_split_project(const PagedAttnArgs& g, QFormat f, const Tensor& w, Tensor& acc) {
-  AttnOSplitArgs a{g, f, w.data, w.n_rows(), acc.as<float>(), nullptr, attn_o_counters_};
+bool CudaBackend::attn_o_one_wave_ready(const AttnOArgs& a) {
+  attn_o_last_format_ = static_cast<int>(a.format);
+  attn_o_last_m_ = a.m;
+  if (!attn_o_takes(a)) return false;
+  const auto key = attn_o_wave_key(attn_o_last_format_, a.attn, a.m);
+  auto it = attn_o_one_wave_.find(key);
+  if (it == attn_o_one_wave_.end()) it = attn_o_one_wave_.emplace(key, attn_o_one_wave(a)).first;
+  return it->second;
+}
+
+bool CudaBackend::attn_o_split_ready(AttnOSplitArgs& a) {
   if (attn_o_split_parts(a) == 0) return false;
   a.part = static_cast<float*>(scratch(attn_o_part_, attn_o_split_part_bytes(a)));
-  if (!attn_o_split_takes(a)) return false;
-  pat_.active = false;
-  flush();  // (nothing else is pending after an attention: its own call flushed the rest)
-  EMBER_CUDA_CHECK(launch_attn_o_split(a, stream_));
-  ++attn_o_launches_;
-  last_gemv_wtype_ = w.dtype;
-  return true;
+  return attn_o_split_takes(a);
 }
 
 bool CudaBackend::attn_o_known_declined(const PagedAttnArgs& g) const {
   if (g.max_kv > kAttnOMaxKeys) return true;
   if (attn_o_last_format_ < 0) return false;
-  const auto it = attn_o_one_wave_.find(std::make_tuple(attn_o_last_format_, static_cast<int>(g.kv_type), g.n_heads,
-                                                        g.n_kv_heads, g.max_kv, g.block_size, attn_o_last_m_));
+  const auto it = attn_o_one_wave_.find(attn_o_wave_key(attn_o_last_format_, g, attn_o_last_m_));
   return it != attn_o_one_wave_.end() && !it->second;
 }
 

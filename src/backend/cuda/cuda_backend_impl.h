@@ -177,9 +177,12 @@ class CudaBackend final : public Backend, public CudaStep {
   // Whether attn_o_project already found, for the o projection it saw last, that this attention's
   // shape does not run in one wave (then holding it only costs the gate).
   bool attn_o_known_declined(const PagedAttnArgs& g) const;
-  // attn_o_project's EMBER_CUDA_ATTN_O=2 form (attn_o_split.cuh: the keys split over a cluster a
-  // K/V head, the heads' products summed by the last block of each rows chunk).
-  bool attn_o_split_project(const PagedAttnArgs& g, QFormat f, const Tensor& w, Tensor& acc);
+  // Whether attn_o_project launches EMBER_CUDA_ATTN_O=1's kernel on a (its clusters in one wave:
+  // asked once a shape, cached) ...
+  bool attn_o_one_wave_ready(const AttnOArgs& a);
+  // ... or =2's (attn_o_split.cuh: the keys split over a cluster a K/V head, the heads' products
+  // summed by the last block of each rows chunk), whose product scratch this sizes into a.part.
+  bool attn_o_split_ready(AttnOSplitArgs& a);
   // One attention launch (its workspace from attn_ws_).
   void launch_attention_group(const PagedAttnArgs& a, AttnKernel kind);
   // accumulate: out += the product (matmul_accumulate).
